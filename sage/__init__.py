@@ -1,0 +1,26 @@
+"""sage: Semantic Graph Entropy consistency of language models on moral questions.
+
+Heavy submodules are imported lazily so that `import sage` stays cheap.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["score_responses", "read_responses", "write_responses", "sge_from_distances", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy re-exports: nothing heavy runs at import time.
+    if name == "score_responses":
+        from sage.scoring import score_responses
+
+        return score_responses
+    if name in ("read_responses", "write_responses"):
+        from sage.data import responses
+
+        return getattr(responses, name)
+    if name == "sge_from_distances":
+        from sage.metrics.sge import sge_from_distances
+
+        return sge_from_distances
+    raise AttributeError(f"module 'sage' has no attribute {name!r}")

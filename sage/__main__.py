@@ -1,0 +1,3 @@
+from sage.cli.main import main
+
+main()

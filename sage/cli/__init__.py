@@ -1,0 +1,1 @@
+"""Command-line interface. Only this package configures logging."""

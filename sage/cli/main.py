@@ -1,0 +1,53 @@
+"""`sage` console script: a click group whose subcommands live in sibling modules.
+
+Subcommand modules import only click at module level; heavy libraries load inside commands.
+Every `SageInputError` becomes one line on stderr and exit status 2, with no traceback.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from sage import __version__
+from sage.errors import SageInputError
+
+
+class _SageGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SageInputError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_SageGroup)
+@click.version_option(__version__, prog_name="sage")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
+def cli(verbose: int, quiet: bool) -> None:
+    """SaGE: semantic-graph consistency of language models on moral questions, and moral editing."""
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def _register_commands() -> None:
+    # One line per command module; each module defines a click command or group named `command`.
+    from sage.cli import score as _score
+
+    cli.add_command(_score.command)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="sage")
+
+
+if __name__ == "__main__":
+    main()

