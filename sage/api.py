@@ -28,6 +28,11 @@ class PairwiseSimilarity(ABC):
     name: str = ""
     symmetric: bool = True
 
+    @classmethod
+    def from_options(cls, options: Any) -> "PairwiseSimilarity":
+        """Build from a run's model choices (`sage.metrics.similarity.SimilarityOptions`)."""
+        return cls()
+
     @abstractmethod
     def matrices(self, groups: Sequence[Sequence[str]]) -> list[np.ndarray]: ...
 
@@ -90,18 +95,44 @@ class GenerationBackend(ABC):
 
 
 # --------------------------------------------------------------------------- editing
+@dataclass(frozen=True)
+class TargetScore:
+    """Teacher-forced view of one (prompt, target) pair under a scoring model.
+
+    `token_acc`: share of target tokens that are the argmax given the prompt and the target prefix
+    (EasyEdit's `rewrite_acc`); `exact`: every target token is the argmax, i.e. the greedy
+    continuation equals the target; `seq_prob`: probability of the whole target sequence;
+    `argmax`: the argmax token id at each target position.
+    """
+
+    token_acc: float
+    exact: bool
+    seq_prob: float
+    argmax: tuple[int, ...]
+
+
+class TargetScorer(ABC):
+    """What editing metrics query: an edited model, or a wrapper (in-context, memory, adapter)."""
+
+    @abstractmethod
+    def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]: ...
+
+
 class EditHandle(ABC):
     """What `Editor.apply` returns. `restore()` puts the original weights back bit for bit."""
 
     @abstractmethod
     def restore(self) -> None: ...
 
-    def scoring_model(self) -> Any:
+    @abstractmethod
+    def scoring_model(self) -> TargetScorer:
         """The object to score after the edit: the edited model, or a wrapper around it."""
-        raise NotImplementedError
 
 
 class Editor(ABC):
+    """A knowledge-editing method. `model` is a loaded model with `.model` and `.tokenizer`;
+    `requests` are `sage.editing.dataset.EditRequest`s (one, or many where `supports_batch`)."""
+
     name: str = ""
     supports_batch: bool = False
 

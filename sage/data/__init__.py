@@ -1,0 +1,1 @@
+"""Data model: the responses table and its file formats."""

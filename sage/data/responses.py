@@ -1,0 +1,198 @@
+"""The responses table: one row per (question, paraphrase, sample).
+
+Canonical columns: question_id, question, paraphrase_id, paraphrase, paraphrase_score, model,
+sample, answer, rot. Only a question key (question_id or question) and an answer are required.
+The SaGE authors' released names (paraphrased, score, model_output) are read as they are.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from sage.errors import SageInputError
+
+log = logging.getLogger(__name__)
+
+CANONICAL_COLUMNS = [
+    "question_id",
+    "question",
+    "paraphrase_id",
+    "paraphrase",
+    "paraphrase_score",
+    "model",
+    "sample",
+    "answer",
+    "rot",
+]
+TEXT_COLUMNS = ("answer", "rot")
+# Names used by the SaGE authors' released files (priyanshul-govil/SaGE, data/quality100).
+COLUMN_ALIASES = {"paraphrased": "paraphrase", "score": "paraphrase_score", "model_output": "answer"}
+SUPPORTED_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
+
+
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise SageInputError(f"{path}: the file is empty; give a responses file with a header and rows")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SageInputError(
+            f"{path}: line {line} is not valid UTF-8 (byte {exc.start}); re-save the file as UTF-8"
+        ) from None
+
+
+def _read_jsonl(path: Path, text: str) -> pd.DataFrame:
+    records = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SageInputError(
+                f"{path}: line {lineno} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                "each line must be one JSON object"
+            ) from None
+        if not isinstance(rec, dict):
+            raise SageInputError(f"{path}: line {lineno} is not a JSON object; each line must be one object")
+        records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a CSV, JSONL or Parquet file into a DataFrame with clear errors."""
+    path = Path(path)
+    if not path.exists():
+        raise SageInputError(f"{path}: no such file")
+    if path.is_dir():
+        raise SageInputError(f"{path}: is a directory; pass a .csv, .jsonl or .parquet file")
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
+    if suffix == ".parquet":
+        try:
+            return pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for broken files
+            raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
+    text = _read_text(path)
+    if suffix in (".jsonl", ".json"):
+        return _read_jsonl(path, text)
+    import io
+
+    try:
+        return pd.read_csv(io.StringIO(text), keep_default_na=True)
+    except pd.errors.ParserError as exc:
+        raise SageInputError(f"{path}: malformed CSV ({str(exc).strip()}); check quoting on that line") from None
+    except pd.errors.EmptyDataError:
+        raise SageInputError(f"{path}: the file has no columns; give a header row with question_id and answer") from None
+
+
+def normalize_columns(df: pd.DataFrame, source: str = "responses") -> pd.DataFrame:
+    """Rename known aliases to canonical names and check the required columns exist."""
+    df = df.copy()
+    df.columns = [str(c).strip() for c in df.columns]
+    renames = {a: c for a, c in COLUMN_ALIASES.items() if a in df.columns and c not in df.columns}
+    df = df.rename(columns=renames)
+    if "question_id" not in df.columns:
+        if "question" not in df.columns:
+            raise SageInputError(
+                f"{source}: missing column 'question_id' (or 'question'); found {list(df.columns)}; "
+                "add a column that identifies the question of each row"
+            )
+        # Stable ids derived from the question text, so reruns and joins agree.
+        df["question_id"] = [
+            hashlib.sha1(str(q).encode()).hexdigest()[:10] for q in df["question"]
+        ]
+    if "answer" not in df.columns:
+        raise SageInputError(
+            f"{source}: missing column 'answer' (or 'model_output'); found {list(df.columns)}; "
+            "add the model's answers in a column named 'answer'"
+        )
+    if df.empty:
+        raise SageInputError(f"{source}: the table has a header but no rows")
+    if "model" not in df.columns:
+        df["model"] = "model"
+    if "sample" not in df.columns:
+        df["sample"] = 0
+    df["question_id"] = df["question_id"].astype(str)
+    df["model"] = df["model"].fillna("model").astype(str)
+    return df
+
+
+def read_responses(path: str | Path) -> pd.DataFrame:
+    """Read a responses table from .csv, .jsonl or .parquet; canonical column names."""
+    return normalize_columns(read_table(path), source=str(path))
+
+
+def write_responses(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a responses table; the format follows the suffix. Canonical columns come first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ordered = [c for c in CANONICAL_COLUMNS if c in df.columns] + [c for c in df.columns if c not in CANONICAL_COLUMNS]
+    df = df[ordered]
+    suffix = path.suffix.lower()
+    tmp = path.with_name(path.name + ".tmp")
+    if suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    elif suffix in (".jsonl", ".json"):
+        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+    elif suffix == ".parquet":
+        df.to_parquet(tmp, index=False)
+    else:
+        raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
+    tmp.replace(path)  # never leave a half-written table behind
+    return path
+
+
+@dataclass
+class ValidationReport:
+    """Rows and questions that cannot be scored, with reasons (row numbers are 1-based data rows)."""
+
+    bad_rows: dict[int, str] = field(default_factory=dict)
+    single_row_questions: list[tuple[str, str]] = field(default_factory=list)  # (model, question_id)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad_rows and not self.single_row_questions
+
+    def first_problem(self, source: str) -> str:
+        if self.bad_rows:
+            row, why = next(iter(self.bad_rows.items()))
+            more = f" (and {len(self.bad_rows) - 1} more rows)" if len(self.bad_rows) > 1 else ""
+            return f"{source}: row {row}: {why}{more}; fix or remove these rows, or pass --skip-invalid to skip and count them"
+        model, qid = self.single_row_questions[0]
+        more = (
+            f" (and {len(self.single_row_questions) - 1} more questions)"
+            if len(self.single_row_questions) > 1
+            else ""
+        )
+        return (
+            f"{source}: question_id {qid!r} (model {model!r}) has a single row, so its consistency is undefined{more}; "
+            "add more samples or paraphrases, or pass --skip-invalid to report it as undefined"
+        )
+
+
+def validate(df: pd.DataFrame, on: tuple[str, ...]) -> ValidationReport:
+    """Find rows with missing/empty texts in the columns to score and single-row questions."""
+    report = ValidationReport()
+    for col in on:
+        if col not in df.columns:
+            raise SageInputError(
+                f"missing column {col!r} needed for --on {col}; found {list(df.columns)}; "
+                f"add it or drop {col!r} from --on"
+            )
+        values = df[col]
+        empty = values.isna() | values.astype(str).str.strip().eq("")
+        for pos in empty.to_numpy().nonzero()[0]:
+            report.bad_rows.setdefault(int(pos) + 1, f"column {col!r} is empty or NaN")
+    good = df.iloc[[i for i in range(len(df)) if i + 1 not in report.bad_rows]]
+    sizes = good.groupby(["model", "question_id"], sort=False).size()
+    report.single_row_questions = [k for k, v in sizes.items() if v == 1]
+    return report

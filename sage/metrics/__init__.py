@@ -1,0 +1,1 @@
+"""Metrics: SGE over semantic graphs, pairwise baselines (BLEU, ROUGE-L, BERTScore, cosine), statistics."""

@@ -1,0 +1,212 @@
+"""Pairwise text similarities: the baselines, and the edge weights SGE can be computed over.
+
+Every similarity sees all groups (questions) of a run at once, so model-based ones encode each
+distinct text exactly once, in batches, with a model loaded once per run.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sage.api import PairwiseSimilarity
+from sage.models.resolve import bundled_embedder_path, resolve_model_path
+from sage.registry import Registry
+
+log = logging.getLogger(__name__)
+
+SIMILARITIES: Registry[type[PairwiseSimilarity]] = Registry("similarity")
+
+
+class ForwardClock:
+    """Accumulates wall time spent inside a torch module's forward passes (via hooks)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._start: list[float] = []
+
+    def attach(self, module) -> None:
+        module.register_forward_pre_hook(lambda *_: self._start.append(time.perf_counter()))
+        module.register_forward_hook(lambda *_: self._stop())
+
+    def _stop(self) -> None:
+        self.seconds += time.perf_counter() - self._start.pop()
+
+
+def _unique_index(groups: Sequence[Sequence[str]]) -> tuple[list[str], list[np.ndarray]]:
+    """Distinct texts across all groups and, per group, the index of each text in that list."""
+    position: dict[str, int] = {}
+    index = []
+    for g in groups:
+        index.append(np.array([position.setdefault(t, len(position)) for t in g], dtype=np.int64))
+    return list(position), index
+
+
+def _pair_lists(groups: Sequence[Sequence[str]]):
+    """All pairs i < j of every group as flat (reference, candidate) lists plus their positions."""
+    refs, cands, where = [], [], []
+    for gi, g in enumerate(groups):
+        for i in range(len(g)):
+            for j in range(i + 1, len(g)):
+                refs.append(g[i])
+                cands.append(g[j])
+                where.append((gi, i, j))
+    return refs, cands, where
+
+
+def _fill_symmetric(groups, where, values) -> list[np.ndarray]:
+    mats = [np.eye(len(g)) for g in groups]
+    for (gi, i, j), v in zip(where, values):
+        mats[gi][i, j] = mats[gi][j, i] = v
+    return mats
+
+
+def upper_mean(sim: np.ndarray) -> float:
+    """Mean over the C(n,2) pairs i < j (reference = the earlier text), as the baselines define it."""
+    n = sim.shape[0]
+    if n < 2:
+        return float("nan")
+    iu = np.triu_indices(n, k=1)
+    return float(np.mean(sim[iu]))
+
+
+@SIMILARITIES.register("cosine")
+class CosineSimilarity(PairwiseSimilarity):
+    """Cosine similarity of sentence-transformers embeddings (default: bundled all-MiniLM-L6-v2)."""
+
+    name = "cosine"
+
+    def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 64):
+        from sentence_transformers import SentenceTransformer
+
+        self.model_name = model or "all-minilm-l6-v2"
+        path = resolve_model_path(self.model_name, what="embedder") if model else bundled_embedder_path()
+        self.model = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
+        self.batch_size = batch_size
+        self.clock = ForwardClock()
+        self.clock.attach(self.model)
+
+    @classmethod
+    def from_options(cls, o):
+        return cls(model=o.embedder, device=o.device)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+
+    def matrices(self, groups):
+        unique, index = _unique_index(groups)
+        emb = self.embed(unique) if unique else np.zeros((0, 1))
+        return [emb[ix] @ emb[ix].T for ix in index]
+
+    def describe(self):
+        return {"name": self.name, "model": self.model_name}
+
+
+@SIMILARITIES.register("bertscore")
+class BertScoreSimilarity(PairwiseSimilarity):
+    """BERTScore F1 with one `BERTScorer` per run (default: the bundled encoder, all its layers)."""
+
+    name = "bertscore"
+
+    def __init__(self, model: str | None = None, num_layers: int | None = None,
+                 device: str | None = None, batch_size: int = 64):
+        from bert_score import BERTScorer
+        from transformers import AutoConfig
+
+        self.model_name = model or "all-minilm-l6-v2"
+        path = resolve_model_path(self.model_name, what="BERTScore model") if model else bundled_embedder_path()
+        if num_layers is None:
+            num_layers = AutoConfig.from_pretrained(str(path)).num_hidden_layers
+        self.num_layers = num_layers
+        self.scorer = BERTScorer(model_type=str(path), num_layers=num_layers, device=device or "cpu")
+        self.batch_size = batch_size
+        self.clock = ForwardClock()
+        self.clock.attach(self.scorer._model)
+
+    @classmethod
+    def from_options(cls, o):
+        return cls(model=o.bertscore_model or o.embedder, num_layers=o.bertscore_layers, device=o.device)
+
+    def matrices(self, groups):
+        refs, cands, where = _pair_lists(groups)
+        if not refs:
+            return [np.eye(len(g)) for g in groups]
+        # One call: bert-score encodes each distinct sentence once, then matches pairs in batches.
+        _, _, f1 = self.scorer.score(cands, refs, batch_size=self.batch_size)
+        return _fill_symmetric(groups, where, f1.numpy().astype(np.float64))
+
+    def describe(self):
+        return {"name": self.name, "model": self.model_name, "num_layers": self.num_layers}
+
+
+@SIMILARITIES.register("rouge_l")
+class RougeLSimilarity(PairwiseSimilarity):
+    """ROUGE-L F-measure (rouge-score, Porter stemmer on); symmetric."""
+
+    name = "rouge_l"
+
+    def __init__(self):
+        from rouge_score import rouge_scorer
+
+        self.scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+
+    def pair(self, reference: str, candidate: str) -> float:
+        return self.scorer.score(reference, candidate)["rougeL"].fmeasure
+
+    def matrices(self, groups):
+        refs, cands, where = _pair_lists(groups)
+        return _fill_symmetric(groups, where, [self.pair(r, c) for r, c in zip(refs, cands)])
+
+
+@SIMILARITIES.register("bleu")
+class BleuSimilarity(PairwiseSimilarity):
+    """NLTK sentence BLEU, whitespace tokens, smoothing method1. Asymmetric: S[i, j] uses i as reference."""
+
+    name = "bleu"
+    symmetric = False
+
+    def __init__(self):
+        from nltk.translate.bleu_score import SmoothingFunction
+
+        self.smoothing = SmoothingFunction().method1
+
+    def pair(self, reference: str, candidate: str) -> float:
+        from nltk.translate.bleu_score import sentence_bleu
+
+        return float(sentence_bleu([reference.split()], candidate.split(), smoothing_function=self.smoothing))
+
+    def matrices(self, groups):
+        mats = []
+        for g in groups:
+            n = len(g)
+            s = np.eye(n)
+            for i in range(n):
+                for j in range(n):
+                    if i != j:
+                        s[i, j] = self.pair(g[i], g[j])
+            mats.append(s)
+        return mats
+
+
+@dataclass(frozen=True)
+class SimilarityOptions:
+    """The run's model choices; each similarity takes what it needs in `from_options`."""
+
+    embedder: str | None = None
+    bertscore_model: str | None = None  # default: the embedder
+    bertscore_layers: int | None = None  # default: all layers of that model
+    device: str | None = None
+
+
+def build_similarity(name: str, options: SimilarityOptions | None = None) -> PairwiseSimilarity:
+    """Build a similarity from its registry name with the run's model choices."""
+    cls = SIMILARITIES.get(name)
+    log.info("building similarity %s", name)
+    return cls.from_options(options or SimilarityOptions())

@@ -1,0 +1,102 @@
+"""`sage score` through a real subprocess: outputs, the summary table, and bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "responses_demo.csv"
+
+
+def run_sage(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "sage", *args], capture_output=True, text=True,
+                          cwd=cwd or REPO, timeout=900)
+
+
+def assert_clean_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, proc.stderr
+    for n in needles:
+        assert n in lines[0]
+
+
+def test_score_cheap_metrics_writes_outputs(tmp_path):
+    out = tmp_path / "run"
+    proc = run_sage("score", "--responses", str(DEMO), "--metrics", "sge,bleu,rouge_l", "--sge-edges", "rouge_l",
+                    "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    q = pd.read_csv(out / "questions.csv")
+    assert len(q) == 10 and {"model", "question_id", "n", "sge_answer", "D_answer", "H_answer", "sge_rot", "bleu_answer", "rouge_l_rot"} <= set(q.columns)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["models"]) == {"consistent-model", "erratic-model"}
+    cons = summary["models"]["consistent-model"]["metrics"]["sge_answer"]["mean"]
+    erratic = summary["models"]["erratic-model"]["metrics"]["sge_answer"]["mean"]
+    assert cons > erratic  # the demo's consistent model is the consistent one
+    assert "SaGE consistency" in proc.stdout and "consistent-model" in proc.stdout
+    assert (out / "summary.md").read_text().startswith("# SaGE consistency summary")
+
+
+@pytest.mark.slow
+def test_score_default_metrics_on_bundled_embedder(tmp_path):
+    out = tmp_path / "run"
+    proc = run_sage("score", "--responses", str(DEMO), "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    q = pd.read_csv(out / "questions.csv")
+    for col in ("sge_answer", "cosine_answer", "bertscore_answer", "bleu_answer", "rouge_l_answer", "sge_rot"):
+        assert q[col].notna().all(), col
+    s = json.loads((out / "summary.json").read_text())
+    assert s["config"]["similarity"]["embedder"] is None  # the bundled default
+    assert s["models"]["consistent-model"]["metrics"]["sge_answer"]["mean"] > s["models"]["erratic-model"]["metrics"]["sge_answer"]["mean"]
+
+
+@pytest.mark.parametrize(
+    "content, needles",
+    [
+        (b"", ["is empty"]),
+        ("question_id,answer\nq,caf\xe9\n".encode("latin-1"), ["line 2 is not valid UTF-8", "UTF-8"]),
+        (b"question_id,text\nq,a\nq,b\n", ["missing column 'answer'"]),
+        (b"question_id,answer\nq,a\nq,\nq,c\n", ["row 2: column 'answer' is empty or NaN", "--skip-invalid"]),
+        (b"question_id,answer\nq,a\nq,b\nr,c\n", ["question_id 'r'", "single row"]),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, content, needles):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(content)
+    proc = run_sage("score", "--responses", str(p), "--metrics", "bleu", "--out", str(tmp_path / "o"))
+    assert_clean_error(proc, str(p), *needles)
+
+
+def test_malformed_jsonl(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"question_id": "q", "answer": "a"}\n{oops}\n')
+    assert_clean_error(run_sage("score", "--responses", str(p), "--metrics", "bleu"), "line 2 is not valid JSON")
+
+
+def test_unknown_embedder(tmp_path):
+    proc = run_sage("score", "--responses", str(DEMO), "--embedder", "no-such-org/no-such-model",
+                    "--metrics", "cosine", "--out", str(tmp_path / "o"))
+    assert_clean_error(proc, "'no-such-org/no-such-model' is not available locally", "local path")
+
+
+def test_unknown_metric():
+    assert_clean_error(run_sage("score", "--responses", str(DEMO), "--metrics", "sge,blue"), "unknown metric 'blue'")
+
+
+def test_skip_invalid_counts_rows(tmp_path):
+    p = tmp_path / "partial.csv"
+    p.write_text("question_id,answer\nq,yes it is\nq,\nq,yes it is fine\nr,alone\n")
+    out = tmp_path / "o"
+    proc = run_sage("score", "--responses", str(p), "--metrics", "sge,bleu", "--sge-edges", "bleu",
+                    "--skip-invalid", "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((out / "summary.json").read_text())
+    m = s["models"]["partial"]
+    assert m["n_skipped_rows"] == 1 and m["n_undefined"] == 1 and m["n_questions_scored"] == 1
+    assert "1 rows skipped" in (out / "summary.md").read_text()
