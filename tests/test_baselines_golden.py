@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sage.metrics.similarity import BleuSimilarity, RougeLSimilarity, upper_mean
 
@@ -43,3 +45,20 @@ def test_per_question_matrices_agree_with_pairs(edges, quality100):
         expected = [pair_value[(texts[i], texts[j])] for i in range(5) for j in range(i + 1, 5)]
         assert upper_mean(bm) == pytest.approx(np.mean([e[0] for e in expected]), abs=1e-9)
         assert upper_mean(rm) == pytest.approx(np.mean([e[1] for e in expected]), abs=1e-9)
+
+
+_words = st.lists(st.sampled_from(["the", "cat", "sat", "on", "mat", "a", "dog", "runs", "running", "ran", "is", "wrong"]),
+                  min_size=0, max_size=14).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_words, _words)
+def test_fast_lexical_metrics_equal_the_libraries(ref, cand):
+    """Property: the cached implementations equal NLTK and rouge-score on arbitrary texts."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+    from rouge_score import rouge_scorer
+
+    expected_bleu = sentence_bleu([ref.split()], cand.split(), smoothing_function=SmoothingFunction().method1)
+    assert BleuSimilarity().pair(ref, cand) == pytest.approx(expected_bleu, abs=1e-12)
+    expected_rouge = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(ref, cand)["rougeL"].fmeasure
+    assert RougeLSimilarity().pair(ref, cand) == pytest.approx(expected_rouge, abs=1e-12)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sage.api import PairwiseSimilarity
+from sage.metrics import lexical
 from sage.models.resolve import bundled_embedder_path, resolve_model_path
 from sage.registry import Registry
 
@@ -125,7 +126,9 @@ class BertScoreSimilarity(PairwiseSimilarity):
         if num_layers is None:
             num_layers = AutoConfig.from_pretrained(str(path)).num_hidden_layers
         self.num_layers = num_layers
-        self.scorer = BERTScorer(model_type=str(path), num_layers=num_layers, device=device or "cpu")
+        # The fast tokenizer gives the same ids as the slow one and keeps tokenization off the hot path.
+        self.scorer = BERTScorer(model_type=str(path), num_layers=num_layers, device=device or "cpu",
+                                 use_fast_tokenizer=True)
         self.batch_size = batch_size
         self.clock = ForwardClock()
         self.clock.attach(self.scorer._model)
@@ -148,21 +151,31 @@ class BertScoreSimilarity(PairwiseSimilarity):
 
 @SIMILARITIES.register("rouge_l")
 class RougeLSimilarity(PairwiseSimilarity):
-    """ROUGE-L F-measure (rouge-score, Porter stemmer on); symmetric."""
+    """ROUGE-L F-measure (rouge-score tokenizer, Porter stemmer on); symmetric."""
 
     name = "rouge_l"
 
     def __init__(self):
-        from rouge_score import rouge_scorer
+        self._tokenize = lexical.rouge_tokenizer().tokenize
 
-        self.scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    def _prepare(self, text: str) -> lexical.RougeText:
+        return lexical.RougeText(self._tokenize(text))
 
     def pair(self, reference: str, candidate: str) -> float:
-        return self.scorer.score(reference, candidate)["rougeL"].fmeasure
+        return lexical.rouge_l_f(self._prepare(reference), self._prepare(candidate))
 
     def matrices(self, groups):
-        refs, cands, where = _pair_lists(groups)
-        return _fill_symmetric(groups, where, [self.pair(r, c) for r, c in zip(refs, cands)])
+        unique, index = _unique_index(groups)
+        prepared = [self._prepare(t) for t in unique]  # tokenize and stem each distinct text once
+        mats = []
+        for ix in index:
+            n = len(ix)
+            s = np.eye(n)
+            for i in range(n):
+                for j in range(i + 1, n):
+                    s[i, j] = s[j, i] = lexical.rouge_l_f(prepared[ix[i]], prepared[ix[j]])
+            mats.append(s)
+        return mats
 
 
 @SIMILARITIES.register("bleu")
@@ -172,25 +185,20 @@ class BleuSimilarity(PairwiseSimilarity):
     name = "bleu"
     symmetric = False
 
-    def __init__(self):
-        from nltk.translate.bleu_score import SmoothingFunction
-
-        self.smoothing = SmoothingFunction().method1
-
     def pair(self, reference: str, candidate: str) -> float:
-        from nltk.translate.bleu_score import sentence_bleu
-
-        return float(sentence_bleu([reference.split()], candidate.split(), smoothing_function=self.smoothing))
+        return lexical.bleu(lexical.BleuText(reference), lexical.BleuText(candidate))
 
     def matrices(self, groups):
+        unique, index = _unique_index(groups)
+        prepared = [lexical.BleuText(t) for t in unique]  # n-gram counts once per distinct text
         mats = []
-        for g in groups:
-            n = len(g)
+        for ix in index:
+            n = len(ix)
             s = np.eye(n)
             for i in range(n):
                 for j in range(n):
                     if i != j:
-                        s[i, j] = self.pair(g[i], g[j])
+                        s[i, j] = lexical.bleu(prepared[ix[i]], prepared[ix[j]])
             mats.append(s)
         return mats
 
