@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sage.data.responses import normalize_columns, read_responses, validate
+from sage.data.responses import normalize_columns, read_responses, validate, write_responses
 from sage.errors import SageInputError
 from sage.metrics.sge import UNDEFINED, distances_from_similarity, sge_from_distances
 from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity, upper_mean
@@ -69,6 +69,7 @@ def sge_column(edge: str, primary: str, col: str, part: str = "sge") -> str:
 class ScoreResult:
     questions: pd.DataFrame
     summary: dict
+    responses: pd.DataFrame | None = None  # the rows that were scored (canonical columns)
 
     def metric_columns(self) -> list[str]:
         skip = {"model", "question_id", "question", "n"}
@@ -80,6 +81,8 @@ class ScoreResult:
         self.questions.to_csv(out / "questions.csv", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
         (out / "summary.md").write_text(summary_markdown(self.summary))
+        if self.responses is not None:
+            write_responses(self.responses, out / "responses.csv")
         return out
 
 
@@ -207,7 +210,7 @@ def score_responses(
     timings["total"] = time.perf_counter() - t_start
 
     summary = _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings)
-    return ScoreResult(questions=questions, summary=summary)
+    return ScoreResult(questions=questions, summary=summary, responses=df)
 
 
 def _config_with(config: ScoreConfig | None, overrides: dict) -> ScoreConfig:

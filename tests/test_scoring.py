@@ -56,6 +56,7 @@ def test_summary_has_ci_counts_and_provenance(tmp_path):
     assert s["provenance"]["seed"] == 0 and "numpy" in s["provenance"]["versions"]
     out = res.write(tmp_path / "run")
     assert pd.read_csv(out / "questions.csv").shape[0] == 6
+    assert len(pd.read_csv(out / "responses.csv")) == len(_df())
     assert json.loads((out / "summary.json").read_text())["config"]["sge_edges"] == ["rouge_l", "bleu"]
     md = (out / "summary.md").read_text()
     assert "| m1 | 3 |" in md and "SGE (answer)" in md

@@ -1,0 +1,95 @@
+"""`sage correlate`: per-question human consistency against every metric column of a run."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import click
+
+log = logging.getLogger(__name__)
+
+
+@click.command("correlate")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--labels", "labels_path", required=True, type=click.Path(path_type=Path),
+              help="Labels: Label Studio JSON, wide/long CSV or JSONL (as 'sage annotate import' reads).")
+@click.option("--pairs", type=click.Path(path_type=Path), default=None,
+              help="pairs.csv/jsonl of the export (default: all pairs rebuilt from RUN_DIR/responses.csv).")
+@click.option("--responses", type=click.Path(path_type=Path), default=None,
+              help="Responses table for ids and text matching (default RUN_DIR/responses.csv).")
+@click.option("--scheme", type=click.Choice(["auto", "nli", "binary"]), default="auto", show_default=True)
+@click.option("--annotator-columns", default=None, help="Comma-separated annotator columns of a wide CSV.")
+@click.option("--ignore-unknown", is_flag=True, help="Skip (and count) labels whose pair ids are unknown.")
+@click.option("--definition", type=click.Choice(["entail", "not-contradict", "graded"]), default="entail",
+              show_default=True, help="Which NLI labels count as consistent (see sage.annotation.correlation).")
+@click.option("--aggregate", type=click.Choice(["mean", "majority"]), default="mean", show_default=True,
+              help="Per pair: mean over annotators or the majority label.")
+@click.option("--kind", type=click.Choice(["answer", "rot"]), default="answer", show_default=True,
+              help="Which labelled pairs define human consistency.")
+@click.option("--model", default=None, help="Restrict text matching to this model.")
+@click.option("--metric", "metrics", multiple=True, help="Metric columns or glob patterns (default: sge_*, baselines).")
+@click.option("--method", "methods", multiple=True, type=click.Choice(["spearman", "kendall", "pearson"]),
+              help="Correlation methods (default all three).")
+@click.option("--compare", "compares", multiple=True,
+              help="METRIC_A:METRIC_B for a paired bootstrap test (default: SGE against each baseline).")
+@click.option("--primary", type=click.Choice(["spearman", "kendall", "pearson"]), default="spearman",
+              show_default=True, help="Method of the paired tests.")
+@click.option("--min-pairs", type=int, default=1, show_default=True, help="Least labelled pairs per question.")
+@click.option("--n-boot", type=int, default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Output directory (default RUN_DIR/correlation).")
+def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, ignore_unknown, definition, aggregate,
+            kind, model, metrics, methods, compares, primary, min_pairs, n_boot, seed, out_dir):
+    """Spearman/Kendall/Pearson of human consistency with each metric, bootstrap CIs, paired tests."""
+    from sage.annotation.correlation import correlation_markdown, metric_columns, read_questions, run_correlation
+    from sage.annotation.importer import read_labels, read_pairs
+    from sage.annotation.pairs import build_pairs
+    from sage.data.responses import read_responses
+    from sage.errors import SageInputError
+
+    questions_path = run_dir / "questions.csv"
+    if not questions_path.is_file():
+        raise SageInputError(f"{run_dir}: no questions.csv; pass a run directory written by 'sage score'")
+    questions = read_questions(questions_path)
+    responses_path = responses or (run_dir / "responses.csv")
+    resp = read_responses(responses_path) if Path(responses_path).is_file() else None
+    if pairs:
+        pair_df = read_pairs(pairs)
+    elif resp is not None:
+        kinds = ("answer", "rot") if "rot" in resp.columns else ("answer",)
+        pair_df = build_pairs(resp, kinds, source=str(responses_path)).pairs
+    else:
+        pair_df = None
+    ls = read_labels(labels_path, pair_df, resp, None if scheme == "auto" else scheme,
+                     [c.strip() for c in annotator_columns.split(",")] if annotator_columns else None,
+                     ignore_unknown, kind, model)
+    meta = pair_df if pair_df is not None else ls.pairs
+    cols = metric_columns(questions, tuple(metrics)) if metrics else None
+    comparisons = None
+    if compares:
+        comparisons = []
+        for c in compares:
+            a, sep, b = c.partition(":")
+            if not sep or not a or not b:
+                raise SageInputError(f"--compare {c!r}: write METRIC_A:METRIC_B, e.g. sge_answer:bleu_answer")
+            comparisons.append((a, b))
+    result = run_correlation(ls.labels, meta, questions, definition, aggregate, kind, cols,
+                             tuple(methods) or ("spearman", "kendall", "pearson"), n_boot, seed, min_pairs,
+                             comparisons, primary)
+    result.update({"run_dir": str(run_dir), "labels": str(labels_path), "scheme": ls.scheme,
+                   "import_counts": ls.counts})
+    out_dir = out_dir or (run_dir / "correlation")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "correlation.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
+    md = correlation_markdown(result)
+    (out_dir / "correlation.md").write_text(md, encoding="utf-8")
+    click.echo(md)
+    click.echo(f"written: {out_dir / 'correlation.json'}, {out_dir / 'correlation.md'}")
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)

@@ -1,0 +1,67 @@
+"""End to end on real SaGE data (quality100 answers): `sage score` -> `sage annotate export` -> annotators
+who judge pairs by their ROUGE-L overlap -> `sage correlate` -> `sage report`.
+
+Human consistency of a question is then the share of its pairs above the median ROUGE-L, so it must
+correlate strongly with the per-question mean ROUGE-L the scorer reports.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sage(*args):
+    proc = subprocess.run([sys.executable, "-m", "sage", *map(str, args)], capture_output=True, text=True, cwd=REPO,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_score_annotate_correlate_report(quality100, tmp_path):
+    from rouge_score import rouge_scorer
+
+    df = pd.read_csv(quality100 / "q100_gpt_3.5_rot.csv")
+    df = df[df.question_id.isin(df.question_id.unique()[:10])]
+    df.to_csv(tmp_path / "q10.csv", index=False)
+    run = tmp_path / "run"
+    _sage("score", "--responses", tmp_path / "q10.csv", "--out", run, "--metrics", "sge,bleu,rouge_l",
+          "--sge-edges", "cosine", "--n-boot", "200", "--no-progress")
+    if not (run / "responses.csv").is_file():  # older `sage score` versions did not copy the table
+        df.assign(model="q10").to_csv(run / "responses.csv", index=False)
+    _sage("annotate", "export", tmp_path / "q10.csv", "--out", tmp_path / "exp", "--seed", "1")
+    pairs = pd.read_csv(tmp_path / "exp" / "pairs.csv", dtype=str, keep_default_na=False)
+    assert len(pairs) == 100 and set(pairs.model) == {"q10"}
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    rouge = np.array([scorer.score(a, b)["rougeL"].fmeasure for a, b in zip(pairs.text_a, pairs.text_b)])
+    high = rouge >= np.median(rouge)
+    rng = np.random.default_rng(0)
+    for name, flip in (("r1", 0.0), ("r2", 0.0), ("r3", 0.1)):
+        noisy = high ^ (rng.random(len(high)) < flip)
+        pairs[name] = np.where(noisy, "entailment", "contradiction")
+    pairs.to_csv(tmp_path / "filled.csv", index=False)
+    _sage("correlate", run, "--labels", tmp_path / "filled.csv", "--pairs", tmp_path / "exp" / "pairs.csv",
+          "--n-boot", "200", "--definition", "entail")
+    res = json.loads((run / "correlation" / "correlation.json").read_text())
+    by = {(r["metric"], r["method"]): r for r in res["correlations"]}
+    assert res["counts"]["questions_joined"] == 10
+    # Independent reference: per-question share of high-ROUGE pairs (mean over the three annotators).
+    labels = pairs[["question_id", "r1", "r2", "r3"]].copy()
+    share = labels.set_index("question_id").eq("entailment").sum(axis=1).groupby(level=0).sum() / 30  # exact ties
+    q = pd.read_csv(run / "questions.csv", dtype={"question_id": str}).set_index("question_id")
+    from scipy.stats import spearmanr
+
+    ref = spearmanr(share.loc[q.index], q["rouge_l_answer"]).statistic
+    assert by["rouge_l_answer", "spearman"]["r"] == pytest.approx(ref, abs=1e-9)
+    assert ref > 0.5
+    _sage("report", run)
+    page = (run / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
