@@ -69,7 +69,7 @@ def test_bad_files_give_one_clear_line(tmp_path, name, content, expected):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SageInputError, match="no such file"):
+    with pytest.raises(SageInputError, match="file not found"):
         read_responses(tmp_path / "nope.csv")
 
 

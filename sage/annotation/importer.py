@@ -17,6 +17,7 @@ from typing import Any
 
 from sage.annotation.labels import check_scheme, detect_scheme, normalise_label
 from sage.annotation.pairs import PAIR_COLUMNS, match_by_text
+from sage.data import files
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -54,51 +55,16 @@ class _Raw:
     value: Any  # raw label; None = skipped/cancelled
 
 
-def read_text(path: Path) -> str:
-    path = Path(path)
-    if not path.is_file():
-        raise SageInputError(f"{path}: file not found")
-    data = path.read_bytes()
-    if not data.strip():
-        raise SageInputError(f"{path}: file is empty; export the labels again")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SageInputError(f"{path}: not UTF-8 (byte {exc.start}); re-save the file as UTF-8") from None
-
-
 def _load_json(path: Path) -> Any:
     try:
-        return json.loads(read_text(path))
+        return json.loads(files.read_text(path, empty_hint="export the labels again"))
     except json.JSONDecodeError as exc:
         raise SageInputError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
 def read_table(path: Path):
     """A CSV/JSONL pairs or labels table as a DataFrame of strings (errors name the file)."""
-    import io
-
-    import pandas as pd
-
-    path = Path(path)
-    text = read_text(path)
-    if path.suffix.lower() == ".jsonl":
-        recs = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SageInputError(f"{path}: line {n}: malformed JSON ({exc.msg}); fix or remove the line") from None
-            if not isinstance(rec, dict):
-                raise SageInputError(f"{path}: line {n}: expected a JSON object, got {type(rec).__name__}")
-            recs.append(rec)
-        return pd.DataFrame(recs)
-    try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    except pd.errors.ParserError as exc:
-        raise SageInputError(f"{path}: malformed CSV: {str(exc).splitlines()[0]}") from None
+    return files.read_table(path, as_strings=True, empty_hint="export the labels again")
 
 
 def _ls_annotator(ann: dict) -> str:

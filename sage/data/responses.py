@@ -7,13 +7,13 @@ The SaGE authors' released names (paraphrased, score, model_output) are read as 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from sage.data import files
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -32,66 +32,11 @@ CANONICAL_COLUMNS = [
 TEXT_COLUMNS = ("answer", "rot")
 # Names used by the SaGE authors' released files (priyanshul-govil/SaGE, data/quality100).
 COLUMN_ALIASES = {"paraphrased": "paraphrase", "score": "paraphrase_score", "model_output": "answer"}
-SUPPORTED_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
-
-
-def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
-    if not raw.strip():
-        raise SageInputError(f"{path}: the file is empty; give a responses file with a header and rows")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SageInputError(
-            f"{path}: line {line} is not valid UTF-8 (byte {exc.start}); re-save the file as UTF-8"
-        ) from None
-
-
-def _read_jsonl(path: Path, text: str) -> pd.DataFrame:
-    records = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SageInputError(
-                f"{path}: line {lineno} is not valid JSON ({exc.msg} at column {exc.colno}); "
-                "each line must be one JSON object"
-            ) from None
-        if not isinstance(rec, dict):
-            raise SageInputError(f"{path}: line {lineno} is not a JSON object; each line must be one object")
-        records.append(rec)
-    return pd.DataFrame.from_records(records)
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV, JSONL or Parquet file into a DataFrame with clear errors."""
-    path = Path(path)
-    if not path.exists():
-        raise SageInputError(f"{path}: no such file")
-    if path.is_dir():
-        raise SageInputError(f"{path}: is a directory; pass a .csv, .jsonl or .parquet file")
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
-    if suffix == ".parquet":
-        try:
-            return pd.read_parquet(path)
-        except Exception as exc:  # pyarrow raises several types for broken files
-            raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
-    text = _read_text(path)
-    if suffix in (".jsonl", ".json"):
-        return _read_jsonl(path, text)
-    import io
-
-    try:
-        return pd.read_csv(io.StringIO(text), keep_default_na=True)
-    except pd.errors.ParserError as exc:
-        raise SageInputError(f"{path}: malformed CSV ({str(exc).strip()}); check quoting on that line") from None
-    except pd.errors.EmptyDataError:
-        raise SageInputError(f"{path}: the file has no columns; give a header row with question_id and answer") from None
+    """Read a CSV, JSONL or Parquet responses file into a DataFrame with clear errors."""
+    return files.read_table(path, empty_hint="give a responses file with a header and rows")
 
 
 def normalize_columns(df: pd.DataFrame, source: str = "responses") -> pd.DataFrame:

@@ -1,0 +1,75 @@
+"""Reading user files with one-line errors that name the file, line and fix."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from sage.errors import SageInputError
+
+
+def read_text(path: str | Path, *, empty_hint: str = "give a file with content") -> str:
+    """The file's text (UTF-8, BOM allowed); missing, empty and non-UTF-8 files raise clearly."""
+    path = Path(path)
+    if not path.exists():
+        raise SageInputError(f"{path}: file not found")
+    if path.is_dir():
+        raise SageInputError(f"{path}: is a directory; pass a file")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise SageInputError(f"{path}: the file is empty; {empty_hint}")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SageInputError(
+            f"{path}: line {line} is not valid UTF-8 (byte {exc.start}); re-save the file as UTF-8"
+        ) from None
+
+
+def read_jsonl_records(path: str | Path, text: str) -> list[dict]:
+    """One JSON object per non-blank line."""
+    records = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SageInputError(
+                f"{path}: line {lineno} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                "each line must be one JSON object"
+            ) from None
+        if not isinstance(rec, dict):
+            raise SageInputError(f"{path}: line {lineno} is not a JSON object; each line must be one object")
+        records.append(rec)
+    return records
+
+
+def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = "give a table with a header and rows"):
+    """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV/Parquet cells as strings, no NaN."""
+    import pandas as pd
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".jsonl", ".json", ".parquet"):
+        raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
+    if suffix == ".parquet":
+        if not path.exists():
+            raise SageInputError(f"{path}: file not found")
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for broken files
+            raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
+        return df.astype(str) if as_strings else df
+    text = read_text(path, empty_hint=empty_hint)
+    if suffix in (".jsonl", ".json"):
+        # JSON values keep their types (nested objects stay objects) whatever `as_strings` says.
+        return pd.DataFrame.from_records(read_jsonl_records(path, text))
+    options = {"dtype": str, "keep_default_na": False} if as_strings else {}
+    try:
+        return pd.read_csv(io.StringIO(text), **options)
+    except pd.errors.ParserError as exc:
+        raise SageInputError(f"{path}: malformed CSV ({str(exc).strip().splitlines()[0]}); check quoting on that line") from None
+    except pd.errors.EmptyDataError:
+        raise SageInputError(f"{path}: the file has no columns; {empty_hint}") from None
