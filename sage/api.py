@@ -40,6 +40,10 @@ class PairwiseSimilarity(ABC):
         """Configuration recorded next to results (model ids, layers, options)."""
         return {"name": self.name}
 
+    def release(self) -> None:
+        """Drop per-text caches (called between chunks of a run); models stay loaded."""
+        return None
+
 
 # --------------------------------------------------------------------------- generation
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class ScoreConfig:
     sge_edges: tuple[str, ...] = ("cosine",)  # the first names the plain sge_<col> columns
     similarity: SimilarityOptions = field(default_factory=SimilarityOptions)
     skip_invalid: bool = False
+    chunk_questions: int = 2000  # questions scored together (bounds per-text caches)
     n_boot: int = 2000
     seed: int = 0
 
@@ -49,6 +50,8 @@ class ScoreConfig:
                 raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from {', '.join(SIMILARITIES.names())}")
         if not self.metrics:
             raise SageInputError("no metrics selected; pass at least one of " + ", ".join(METRICS))
+        if self.chunk_questions < 1:
+            raise SageInputError("chunk_questions must be >= 1")
         if not self.sge_edges:
             raise SageInputError("no SGE edge similarity selected; pass e.g. --sge-edges cosine")
         for c in self.on or ():
@@ -163,23 +166,29 @@ def score_responses(
     texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in on}
 
     timings: dict[str, float] = {}
-    sims: dict[tuple[str, str], list[np.ndarray]] = {}
-    forward = 0.0
-    steps = [(name, col) for name in config.needed_similarities() for col in on]
-    bar = tqdm(total=len(steps), desc="scoring", disable=not progress, unit="step")
+    sims: dict[tuple[str, str], list[np.ndarray]] = {(n, c): [] for n in config.needed_similarities() for c in on}
+    similarities = {}
     for name in config.needed_similarities():
         t0 = time.perf_counter()
-        sim = build_similarity(name, config.similarity)
+        similarities[name] = build_similarity(name, config.similarity)  # models load once per run
         timings[f"load_{name}"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for col in on:
-            bar.set_postfix_str(f"{name} on {col}")
-            sims[(name, col)] = sim.matrices(texts[col])
-            bar.update(1)
-        timings[f"compute_{name}"] = time.perf_counter() - t0
-        if hasattr(sim, "clock"):
-            forward += sim.clock.seconds
-        del sim  # one model in memory at a time
+    # Questions in chunks: model work stays batched while per-text caches stay bounded.
+    chunks = [range(i, min(i + config.chunk_questions, len(keys))) for i in range(0, len(keys), config.chunk_questions)]
+    forward = 0.0
+    bar = tqdm(total=len(chunks) * len(sims), desc="scoring", disable=not progress, unit="step")
+    for chunk in chunks:
+        for name, sim in similarities.items():
+            clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
+            t0, f0 = time.perf_counter(), clock.seconds if clock else None
+            for col in on:
+                bar.set_postfix_str(f"{name} on {col}")
+                sims[(name, col)].extend(sim.matrices([texts[col][g] for g in chunk]))
+                bar.update(1)
+            timings[f"compute_{name}"] = timings.get(f"compute_{name}", 0.0) + time.perf_counter() - t0
+            if f0 is not None:
+                forward += clock.seconds - f0
+        for sim in similarities.values():
+            sim.release()
     bar.close()
 
     t0 = time.perf_counter()

@@ -43,3 +43,34 @@ def test_each_distinct_text_encoded_once(cosine):
     assert [m.shape for m in mats] == [(3, 3), (2, 2), (2, 2)]
     assert mats[0][0, 2] == pytest.approx(1.0, abs=1e-5)
     assert cosine.clock.seconds > 0  # forward passes are timed
+
+
+def test_shared_encoder_bertscore_equals_bert_score_library(embedder_path):
+    """BERTScore from the shared encoder's token embeddings equals bert_score.BERTScorer's F1."""
+    from bert_score import BERTScorer
+
+    from sage.metrics.similarity import BertScoreSimilarity
+
+    groups = [
+        ["It is wrong to lie to a friend.", "Lying to friends is usually wrong, but white lies can be kind.",
+         "You should always tell the truth."],
+        ["Return the wallet.", "Keep it; finders keepers.  "],
+    ]
+    ours = BertScoreSimilarity()
+    assert ours.shared and ours.describe()["implementation"] == "shared-encoder"
+    scorer = BERTScorer(model_type=str(embedder_path), num_layers=6)
+    for texts, mat in zip(groups, ours.matrices(groups)):
+        for i in range(len(texts)):
+            for j in range(len(texts)):
+                if i != j:
+                    _, _, f1 = scorer.score([texts[j]], [texts[i]])
+                    assert mat[i, j] == pytest.approx(float(f1[0]), abs=1e-5)
+
+
+def test_other_layer_uses_bert_scorer(embedder_path):
+    from sage.metrics.similarity import BertScoreSimilarity
+
+    sim = BertScoreSimilarity(model=str(embedder_path), num_layers=4)
+    assert not sim.shared and sim.describe()["implementation"] == "bert_score.BERTScorer"
+    m = sim.matrices([["a kind act", "a cruel act", "a kind act"]])[0]
+    assert m.shape == (3, 3) and m[0, 2] == pytest.approx(1.0, abs=1e-5) and m[0, 1] < 1.0

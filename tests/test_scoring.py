@@ -87,6 +87,12 @@ def test_nan_answers_are_counted_when_skipped():
     assert res.questions.query("model == 'm1' and question_id == 'q1'")["n"].item() == 2
 
 
+def test_chunking_does_not_change_results():
+    whole = score_responses(_df(), **CHEAP).questions
+    chunked = score_responses(_df(), chunk_questions=1, **CHEAP).questions
+    pd.testing.assert_frame_equal(whole, chunked)
+
+
 def test_bad_config_names():
     with pytest.raises(SageInputError, match="unknown metric 'blue'"):
         ScoreConfig(metrics=("blue",))

@@ -81,63 +81,80 @@ class CosineSimilarity(PairwiseSimilarity):
 
     name = "cosine"
 
-    def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 64):
-        from sentence_transformers import SentenceTransformer
+    def __init__(self, model: str | None = None, device: str | None = None):
+        from sage.metrics.encoder import shared_encoder
 
         self.model_name = model or "all-minilm-l6-v2"
-        path = resolve_model_path(self.model_name, what="embedder") if model else bundled_embedder_path()
-        self.model = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
-        self.batch_size = batch_size
-        self.clock = ForwardClock()
-        self.clock.attach(self.model)
+        self.encoder = shared_encoder(model, device)
+        self.clock = self.encoder.clock
 
     @classmethod
     def from_options(cls, o):
         return cls(model=o.embedder, device=o.device)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self.model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
-        )
+        return self.encoder.sentence_embeddings(texts)
 
     def matrices(self, groups):
         unique, index = _unique_index(groups)
-        emb = self.embed(unique) if unique else np.zeros((0, 1))
+        emb = self.embed(unique)
         return [emb[ix] @ emb[ix].T for ix in index]
 
     def describe(self):
         return {"name": self.name, "model": self.model_name}
 
+    def release(self):
+        self.encoder.clear_cache()
+
 
 @SIMILARITIES.register("bertscore")
 class BertScoreSimilarity(PairwiseSimilarity):
-    """BERTScore F1 with one `BERTScorer` per run (default: the bundled encoder, all its layers)."""
+    """BERTScore F1 (no idf, no baseline rescaling).
+
+    When the BERTScore model is the run's sentence encoder at its last layer (the default), the
+    token embeddings come from the shared encoder's single forward pass per text and are matched
+    with numpy; otherwise one `bert_score.BERTScorer` is built per run for the chosen model/layer.
+    """
 
     name = "bertscore"
 
     def __init__(self, model: str | None = None, num_layers: int | None = None,
-                 device: str | None = None, batch_size: int = 64):
-        from bert_score import BERTScorer
+                 device: str | None = None, batch_size: int = 64, embedder: str | None = None):
+        from sage.metrics.encoder import shared_encoder
+
+        self.model_name = model or embedder or "all-minilm-l6-v2"
+        self.batch_size = batch_size
+        encoder = shared_encoder(embedder, device)
+        path = str(resolve_model_path(model, what="BERTScore model")) if model else encoder.path
+        self.num_layers = num_layers or self._layer_count(path)
+        self.shared = path == encoder.path and self.num_layers == encoder.num_layers
+        if self.shared:
+            self.encoder, self.clock = encoder, encoder.clock
+        else:
+            from bert_score import BERTScorer
+
+            # The fast tokenizer gives the same ids as the slow one and keeps tokenization cheap.
+            self.scorer = BERTScorer(model_type=path, num_layers=self.num_layers, device=device or "cpu",
+                                     use_fast_tokenizer=True)
+            self.clock = ForwardClock()
+            self.clock.attach(self.scorer._model)
+
+    @staticmethod
+    def _layer_count(path: str) -> int:
         from transformers import AutoConfig
 
-        self.model_name = model or "all-minilm-l6-v2"
-        path = resolve_model_path(self.model_name, what="BERTScore model") if model else bundled_embedder_path()
-        if num_layers is None:
-            num_layers = AutoConfig.from_pretrained(str(path)).num_hidden_layers
-        self.num_layers = num_layers
-        # The fast tokenizer gives the same ids as the slow one and keeps tokenization off the hot path.
-        self.scorer = BERTScorer(model_type=str(path), num_layers=num_layers, device=device or "cpu",
-                                 use_fast_tokenizer=True)
-        self.batch_size = batch_size
-        self.clock = ForwardClock()
-        self.clock.attach(self.scorer._model)
+        return int(AutoConfig.from_pretrained(path).num_hidden_layers)
 
     @classmethod
     def from_options(cls, o):
-        return cls(model=o.bertscore_model or o.embedder, num_layers=o.bertscore_layers, device=o.device)
+        return cls(model=o.bertscore_model, num_layers=o.bertscore_layers, device=o.device, embedder=o.embedder)
 
     def matrices(self, groups):
+        if self.shared:
+            from sage.metrics.encoder import greedy_bertscore_f1
+
+            return [greedy_bertscore_f1(self.encoder.token_embeddings(g)) if len(g) > 1 else np.eye(len(g))
+                    for g in groups]
         refs, cands, where = _pair_lists(groups)
         if not refs:
             return [np.eye(len(g)) for g in groups]
@@ -145,8 +162,13 @@ class BertScoreSimilarity(PairwiseSimilarity):
         _, _, f1 = self.scorer.score(cands, refs, batch_size=self.batch_size)
         return _fill_symmetric(groups, where, f1.numpy().astype(np.float64))
 
+    def release(self):
+        if self.shared:
+            self.encoder.clear_cache()
+
     def describe(self):
-        return {"name": self.name, "model": self.model_name, "num_layers": self.num_layers}
+        return {"name": self.name, "model": self.model_name, "num_layers": self.num_layers,
+                "implementation": "shared-encoder" if self.shared else "bert_score.BERTScorer"}
 
 
 @SIMILARITIES.register("rouge_l")
