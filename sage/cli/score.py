@@ -30,9 +30,35 @@ def _print_summary(summary: dict) -> None:
     Console().print(table)
 
 
+def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
+              min_parascore, seed, device, out):
+    """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
+    from sage.generation.pipeline import PipelineConfig, run_pipeline
+
+    options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
+                   temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
+                   rot_model=rot_model, seed=seed, device=device, out_dir=str(out))
+    if min_parascore is not None:
+        options["min_parascore"] = min_parascore
+    return run_pipeline(PipelineConfig(**options))
+
+
 @click.command("score")
-@click.option("--responses", "responses", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Responses table (.csv, .jsonl, .parquet) with question_id/question and answer columns.")
+@click.option("--responses", "responses", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Score an existing responses table (.csv, .jsonl, .parquet) instead of generating one.")
+@click.option("--model", default=None,
+              help="Model under test: generate paraphrases, answers and RoTs, then score (default: smollm2-135m "
+                   "when --responses is not given). An alias, a Hugging Face id in the local cache, or a path.")
+@click.option("--questions", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Questions file (question_id, question) for generation (default: the built-in demo set).")
+@click.option("--paraphrases", type=int, default=5, show_default=True, help="Paraphrases per question (K).")
+@click.option("--samples", type=int, default=1, show_default=True, help="Answers sampled per paraphrase (S).")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="Answer sampling temperature (0 = greedy).")
+@click.option("--backend", default=None, help="Generation backend: transformers, llamacpp, vllm, openai (default: the model's).")
+@click.option("--base-url", "base_urls", multiple=True, help="OpenAI-compatible endpoint(s); repeat to spread requests.")
+@click.option("--paraphraser", default=None, help="Model writing paraphrases (default: the model under test).")
+@click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
+@click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
 @click.option("--embedder", default=None, help="Sentence-transformers id or path (default: bundled all-MiniLM-L6-v2).")
 @click.option("--metrics", default="sge,bleu,rouge_l,bertscore,cosine", show_default=True,
               help="Comma-separated metrics: sge, bleu, rouge_l, bertscore, cosine.")
@@ -44,31 +70,48 @@ def _print_summary(summary: dict) -> None:
 @click.option("--model-name", default=None, help="Model label when the table has no 'model' column (default: file stem).")
 @click.option("--skip-invalid", is_flag=True, help="Skip rows with empty/NaN texts and report single-row questions as undefined, counting both.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory (default: runs/<responses file stem>).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+              help="Output directory (default: runs/<responses file stem or model name>).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for generation and the bootstrap.")
 @click.option("--n-boot", type=int, default=2000, show_default=True, help="Bootstrap resamples for the CIs.")
-@click.option("--device", default=None, help="torch device for encoders (default: cpu).")
+@click.option("--device", default=None, help="torch device for models (default: cpu).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
-def command(responses, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers, model_name,
-            skip_invalid, out, seed, n_boot, device, no_progress):
-    """Score a responses table: per-question SGE and baselines, per-model means with 95% CIs."""
+def command(responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
+            rot_model, min_parascore, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
+            model_name, skip_invalid, out, seed, n_boot, device, no_progress):
+    """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
+
+    Writes questions.csv, summary.json, summary.md and responses.csv to --out.
+    """
+    import re
+
     from sage.data.responses import read_responses
+    from sage.errors import SageInputError
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
 
-    df = read_responses(responses)
-    if model_name:
-        df["model"] = model_name
-    elif (df["model"] == "model").all():
-        df["model"] = responses.stem
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
                                      bertscore_layers=bertscore_layers, device=device),
         skip_invalid=skip_invalid, n_boot=n_boot, seed=seed,
     )
-    result = score_responses(df, config, source=str(responses), progress=not no_progress)
-    out = out or Path("runs") / responses.stem
+    if responses is not None and model is not None:
+        raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")
+    if responses is not None:
+        df = read_responses(responses)
+        if model_name:
+            df["model"] = model_name
+        elif (df["model"] == "model").all():
+            df["model"] = responses.stem
+        source = str(responses)
+        out = out or Path("runs") / responses.stem
+    else:
+        model = model or "smollm2-135m"
+        out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+        df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
+                       rot_model, min_parascore, seed, device, out)
+        source = str(out / "responses.csv")
+    result = score_responses(df, config, source=source, progress=not no_progress)
     result.write(out)
     _print_summary(result.summary)
-    click.echo(f"wrote {out / 'questions.csv'}, {out / 'summary.json'}, {out / 'summary.md'}")
+    click.echo(f"wrote {out / 'questions.csv'}, {out / 'summary.json'}, {out / 'summary.md'}, {out / 'responses.csv'}")

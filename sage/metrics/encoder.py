@@ -99,7 +99,7 @@ def greedy_bertscore_f1(tokens: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarr
     n = len(tokens)
     lengths = np.array([t[0].shape[0] for t in tokens])
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    all_tokens = np.concatenate([t[0] for t in tokens]).astype(np.float64)
+    all_tokens = np.concatenate([t[0] for t in tokens])  # float32, as bert-score computes
     best = np.maximum.reduceat(all_tokens @ all_tokens.T, starts, axis=1)  # token x text
     precision = np.empty((n, n))  # precision[i, j]: candidate i against reference j
     for i, (_, content) in enumerate(tokens):

@@ -86,8 +86,19 @@ def rouge_l_f(target: RougeText, prediction: RougeText) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
 
+class _MemoStemmer:
+    """rouge-score's Porter stemmer with a per-word memo (stemming dominates ROUGE-L's cost)."""
+
+    def __init__(self):
+        from nltk.stem import porter
+
+        self.stem = lru_cache(maxsize=200_000)(porter.PorterStemmer().stem)
+
+
 @lru_cache(maxsize=1)
 def rouge_tokenizer():
-    from rouge_score import tokenizers
+    """A callable text -> tokens identical to rouge-score's DefaultTokenizer(use_stemmer=True)."""
+    from rouge_score import tokenize
 
-    return tokenizers.DefaultTokenizer(use_stemmer=True)
+    stemmer = _MemoStemmer()
+    return lambda text: tokenize.tokenize(text, stemmer)

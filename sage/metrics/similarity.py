@@ -178,7 +178,7 @@ class RougeLSimilarity(PairwiseSimilarity):
     name = "rouge_l"
 
     def __init__(self):
-        self._tokenize = lexical.rouge_tokenizer().tokenize
+        self._tokenize = lexical.rouge_tokenizer()
 
     def _prepare(self, text: str) -> lexical.RougeText:
         return lexical.RougeText(self._tokenize(text))
