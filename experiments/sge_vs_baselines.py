@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--responses", type=Path, default=DEFAULT)
     ap.add_argument("--embedder", default=None)
+    ap.add_argument("--model-name", default=None, help="Label when the file has no model column (default: file stem).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "sge_vs_baselines")
     args = ap.parse_args(argv)
@@ -41,6 +42,8 @@ def main(argv=None) -> int:
     except SageInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if (df["model"] == "model").all():
+        df["model"] = args.model_name or args.responses.stem
     # The paraphrases as a third text column: score them with the same machinery as answers.
     texts = {"answer": "Answers", "rot": "RoTs"}
     if "paraphrase" in df.columns:
