@@ -1,0 +1,61 @@
+"""`sage edit`: run CounterMoral editing methods and write per-entry JSON lines, summaries, tables."""
+from __future__ import annotations
+
+import click
+
+_FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
+
+
+@click.command("edit")
+@click.option("--method", "methods", multiple=True,
+              help="Editing method (repeatable); default: every registered method.")
+@click.option("--framework", "frameworks", multiple=True, type=click.Choice(_FRAMEWORKS),
+              help="Ethical framework (repeatable); default: all four.")
+@click.option("--subset", type=click.Choice(["broad", "specific"]), default="broad", show_default=True)
+@click.option("--model", default="smollm2-135m", show_default=True, help="Model alias, path or cached HF id.")
+@click.option("--out", "out_dir", default="results/editing", show_default=True, type=click.Path())
+@click.option("--data", "data_dir", default=None, type=click.Path(),
+              help="CounterMoral directory (default: ../shared/data/countermoral).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="First N entries per framework.")
+@click.option("--batch", is_flag=True, help="Apply all entries of a subset at once (batch methods).")
+@click.option("--hparams", "hparams_file", default=None, type=click.Path(),
+              help="JSON file of hyperparameter overrides for the method.")
+@click.option("--corpus", default=None, type=click.Path(),
+              help="Text file for key statistics (default: a corpus the model generates, cached).")
+@click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
+@click.option("--seed", default=0, show_default=True, type=int)
+def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch, hparams_file,
+            corpus, device, seed):
+    """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood."""
+    import logging
+    from pathlib import Path
+
+    from sage.editing.base import EDITORS, load_overrides
+    from sage.editing.dataset import default_data_dir, load_countermoral
+    from sage.editing.report import write_tables
+    from sage.editing.runner import RunConfig, run
+    from sage.settings import default_device
+
+    log = logging.getLogger("sage.cli.edit")
+    methods = list(methods) or EDITORS.names()
+    for m in methods:
+        EDITORS.get(m)  # unknown names fail before any model loads
+    frameworks = list(frameworks) or list(_FRAMEWORKS)
+    overrides = load_overrides(hparams_file)
+    if overrides and len(methods) != 1:
+        from sage.errors import SageInputError
+
+        raise SageInputError("--hparams holds one method's hyperparameters; pass exactly one --method")
+    data = Path(data_dir) if data_dir else default_data_dir()
+    for fw in frameworks:  # validate every file up front: one clear line, exit status 2
+        load_countermoral(data, fw, subset, limit)
+    for m in methods:
+        cfg = RunConfig(method=m, frameworks=frameworks, subset=subset, model=model,
+                        out=Path(out_dir), data=str(data), limit=limit, batch=batch,
+                        overrides=overrides, corpus=corpus,
+                        device=device or default_device(), seed=seed)
+        summary = run(cfg)
+        rel = summary["overall"].get("reliability", {}).get("mean", float("nan"))
+        log.info("%s: %d entries, reliability %.3f", m, summary["n_entries"], rel)
+    path = write_tables(Path(out_dir), data)
+    click.echo(f"wrote {path}")

@@ -1,0 +1,105 @@
+"""Typed hyperparameters, the editor registry and the context editors receive.
+
+Each method module defines one frozen `HParams` dataclass (validated in `__post_init__`) and one
+`Editor` subclass registered with `@EDITORS.register("name")`. The registry imports method modules
+lazily, so `import sage.editing` stays light.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from sage.api import Editor
+from sage.errors import SageInputError
+from sage.registry import Registry
+
+EDITORS: Registry[type] = Registry("editing method", lazy_modules={
+    "ft": "sage.editing.ft",
+    "lora": "sage.editing.lora",
+    "rome": "sage.editing.rome",
+    "memit": "sage.editing.memit",
+    "alphaedit": "sage.editing.alphaedit",
+    "ike": "sage.editing.ike",
+    "serac": "sage.editing.serac",
+    "grace": "sage.editing.grace",
+})
+
+
+def check(cond: bool, cls: str, msg: str) -> None:
+    if not cond:
+        raise SageInputError(f"{cls} hyperparameters: {msg}")
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Base of every method's hyperparameters. Subclasses validate in `__post_init__`."""
+
+    seed: int = 0
+
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, Any] | None = None):
+        overrides = dict(overrides or {})
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            raise SageInputError(f"{cls.__name__}: unknown hyperparameter(s) {unknown}; "
+                                 f"known: {', '.join(sorted(names))}")
+        for k, v in list(overrides.items()):
+            if isinstance(v, list):
+                overrides[k] = tuple(v)
+        return cls(**overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_overrides(path: str | Path | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SageInputError(f"{path}: hyperparameter file not found; pass an existing JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise SageInputError(f"{path}: malformed JSON ({exc}); fix the file") from None
+    if not isinstance(data, dict):
+        raise SageInputError(f"{path}: expected a JSON object of hyperparameter overrides")
+    return data
+
+
+def resolve_layer(layer: int, n_layers: int, what: str = "layer") -> int:
+    """Negative layers count from the end; out-of-range layers raise one clear line."""
+    idx = layer + n_layers if layer < 0 else layer
+    if not 0 <= idx < n_layers:
+        raise SageInputError(f"{what} {layer} is out of range for a model with {n_layers} layers")
+    return idx
+
+
+@dataclass
+class EditContext:
+    """What an editor may use besides the model: the dataset pool (for retrieval-based methods,
+    never containing the entry under test at scoring time) and runtime settings."""
+
+    pool: Sequence[Any] = ()
+    device: str = "cpu"
+    corpus: str | None = None  # a user text file for covariance statistics
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EditorBase(Editor):
+    hparams_cls: type[HParams] = HParams
+
+    def __init__(self, hparams: HParams | None = None, context: EditContext | None = None):
+        self.hparams = hparams if hparams is not None else self.hparams_cls()
+        if not isinstance(self.hparams, self.hparams_cls):
+            raise TypeError(f"{self.name} expects {self.hparams_cls.__name__}")
+        self.context = context or EditContext()
+
+
+def make_editor(name: str, overrides: dict[str, Any] | None = None,
+                context: EditContext | None = None) -> EditorBase:
+    cls = EDITORS.get(name)
+    return cls(cls.hparams_cls.from_overrides(overrides), context)

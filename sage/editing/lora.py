@@ -1,0 +1,88 @@
+"""LoRA editing through `peft`: low-rank adapters on the MLP down-projections of a few layers,
+trained on the target NLL. Base weights are never written; `restore()` unloads the adapters and
+puts the original modules back (and the requires_grad flags), so the weights are bit-identical.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sage.editing.base import EDITORS, EditorBase, HParams, check, resolve_layer
+from sage.editing.handles import WeightEditHandle, WeightSnapshot
+from sage.editing.profiles import profile_for
+from sage.editing.scorer import LMScorer, target_nll
+
+
+@dataclass(frozen=True)
+class LoraHParams(HParams):
+    layers: tuple[int, ...] = (2, 3, 4, 5, 6)  # see sage/editing/TUNING.md
+    rank: int = 8
+    alpha: float = 32.0
+    dropout: float = 0.0
+    steps: int = 30
+    lr: float = 5e-3
+
+    def __post_init__(self):
+        name = type(self).__name__
+        check(len(self.layers) >= 1, name, "layers must name at least one layer")
+        check(self.rank >= 1, name, "rank must be >= 1")
+        check(self.alpha > 0, name, "alpha must be > 0")
+        check(0 <= self.dropout < 1, name, "dropout must be in [0, 1)")
+        check(self.steps >= 1 and self.lr > 0, name, "steps >= 1 and lr > 0")
+
+
+class _LoraUndo:
+    """Unloads the adapters, then restores requires_grad flags (weights were never written)."""
+
+    def __init__(self, peft_model: Any, snapshot: WeightSnapshot):
+        self.peft_model = peft_model
+        self.snapshot = snapshot
+
+    def restore(self) -> None:
+        if self.peft_model is not None:
+            self.peft_model.unload()
+            self.peft_model = None
+        self.snapshot.restore()
+
+
+@EDITORS.register("lora")
+class LoraEditor(EditorBase):
+    name = "lora"
+    supports_batch = True
+    hparams_cls = LoraHParams
+
+    def apply(self, lm: Any, requests: Sequence[Any]) -> WeightEditHandle:
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        hp = self.hparams
+        model, tok = lm.model, lm.tokenizer
+        profile = profile_for(model)
+        n = profile.n_layers(model)
+        targets = [profile.mlp_out.format(resolve_layer(layer, n)) for layer in hp.layers]
+        snapshot = WeightSnapshot(model, [])  # records requires_grad flags only
+        torch.manual_seed(hp.seed)
+        config = LoraConfig(r=hp.rank, lora_alpha=hp.alpha, lora_dropout=hp.dropout,
+                            target_modules=targets, bias="none",
+                            fan_in_fan_out=profile.conv1d)
+        peft_model = get_peft_model(model, config)
+        undo = _LoraUndo(peft_model, snapshot)
+        try:
+            params = [p for p in peft_model.parameters() if p.requires_grad]
+            opt = torch.optim.Adam(params, lr=hp.lr)
+            prompts = [r.prompt for r in requests]
+            news = [r.target_new for r in requests]
+            peft_model.train()
+            for _ in range(hp.steps):
+                opt.zero_grad()
+                loss = target_nll(model, tok, prompts, news)
+                if loss.item() < 1e-2:
+                    break
+                loss.backward()
+                opt.step()
+            peft_model.eval()
+        except BaseException:
+            undo.restore()
+            raise
+        # the base model object now routes through the adapters: score it directly
+        return WeightEditHandle(undo, LMScorer(model, tok), {"targets": targets})

@@ -1,0 +1,140 @@
+"""Run an editing method over CounterMoral entries: score before, edit, score through the handle's
+scoring model (the edited model or the wrapper), restore, append one JSON line per entry.
+
+Layout: `<out>/<method>/<subset>[-batch]/entries.jsonl` (rerun skips finished entries) and
+`summary.json` next to it (config, seed, library versions, git hash, mean ± std per framework and
+overall).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from sage.editing.base import EditContext, make_editor
+from sage.editing.dataset import EditRequest, load_countermoral
+from sage.editing.metrics import aggregate, entry_metrics, observe
+from sage.editing.scorer import LMScorer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunConfig:
+    method: str
+    frameworks: Sequence[str]
+    subset: str = "broad"
+    model: str = "smollm2-135m"
+    out: Path = Path("results/editing")
+    data: str | None = None
+    limit: int | None = None
+    batch: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+    corpus: str | None = None
+    device: str = "cpu"
+    seed: int = 0
+
+
+def run_dir(cfg: RunConfig) -> Path:
+    return Path(cfg.out) / cfg.method / (cfg.subset + ("-batch" if cfg.batch else ""))
+
+
+def _done(path: Path) -> dict[str, dict]:
+    rows = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a crash is redone
+                rows[row["uid"]] = row
+    return rows
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for mod in ("torch", "transformers", "peft", "sentence_transformers", "numpy", "sage"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:
+            out[mod] = "absent"
+    return out
+
+
+def git_hash() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool) -> list[dict]:
+    """Edit and score `requests`; one row per request. In batch mode one edit holds them all."""
+    base = LMScorer(lm.model, lm.tokenizer)
+    groups = [list(requests)] if batch else [[r] for r in requests]
+    rows = []
+    for group in groups:
+        pres = [observe(base, r) for r in group]
+        t0 = time.perf_counter()
+        handle = editor.apply(lm, group)
+        seconds = time.perf_counter() - t0
+        try:
+            scorer = handle.scoring_model()
+            posts = [observe(scorer, r) for r in group]
+        finally:
+            handle.restore()
+        for r, pre, post in zip(group, pres, posts):
+            rows.append({"uid": r.uid, "framework": r.framework, "edit_seconds": seconds,
+                         "batch_size": len(group), **entry_metrics(pre, post)})
+    return rows
+
+
+def run(cfg: RunConfig, lm=None) -> dict:
+    """Run one method over the configured frameworks; returns the summary dict."""
+    from sage.models.causal_lm import load_causal_lm
+
+    data = {fw: load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) for fw in cfg.frameworks}
+    lm = lm or load_causal_lm(cfg.model, device=cfg.device)
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = out / "entries.jsonl"
+    done = _done(lines)
+    editor = None
+    for fw, reqs in data.items():
+        todo = [r for r in reqs if r.uid not in done]
+        if not todo:
+            continue
+        pool = load_countermoral(cfg.data, fw, cfg.subset)  # retrieval/training pool
+        editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
+                             EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
+        if cfg.batch and not editor.supports_batch:
+            from sage.errors import SageInputError
+
+            raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
+        step = [todo] if cfg.batch else [[r] for r in todo]
+        from tqdm.auto import tqdm
+
+        for group in tqdm(step, desc=f"{cfg.method} {fw}", leave=False):
+            for row in evaluate(editor, lm, group, batch=cfg.batch):
+                with lines.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                done[row["uid"]] = row
+    wanted = {r.uid for reqs in data.values() for r in reqs}
+    rows = [row for uid, row in done.items() if uid in wanted]
+    if editor is None:
+        editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides})
+    summary = {
+        "method": cfg.method, "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model,
+        "seed": cfg.seed, "hparams": editor.hparams.to_dict(), "limit": cfg.limit,
+        "corpus": cfg.corpus or "self-generated", "versions": versions(), "git": git_hash(),
+        "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
+        "overall": aggregate(rows), "n_entries": len(rows),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,67 @@
+"""`sage edit` end to end on the bundled model: JSON lines as it goes, rerun skips finished entries,
+summary with provenance, Markdown tables with the published GPT2-XL column, --batch."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """On 2 shared cores one intra-op thread is faster than two contending ones."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, countermoral_dir, tmp_path):
+    from sage.cli.main import cli
+
+    hp = tmp_path / "ft.json"
+    hp.write_text(json.dumps({"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}))
+    out = tmp_path / "out"
+    args = ["edit", "--method", "ft", "--framework", "deontology", "--subset", "broad", "--limit", "2",
+            "--data", str(countermoral_dir), "--out", str(out), "--hparams", str(hp)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    lines = (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    assert [r["uid"] for r in rows] == ["DEONTOLOGY_1_broad", "DEONTOLOGY_2_broad"]
+    assert all(0 <= r["reliability"] <= 1 and "neighbourhood_score" in r for r in rows)
+    summary = json.loads((out / "ft" / "broad" / "summary.json").read_text())
+    assert summary["hparams"]["steps"] == 5 and summary["seed"] == 0 and summary["git"]
+    assert summary["versions"]["torch"] and summary["n_entries"] == 2
+    rel = summary["frameworks"]["deontology"]["reliability"]
+    assert rel["n"] == 2 and rel["mean"] == pytest.approx(sum(r["reliability"] for r in rows) / 2)
+    tables = (out / "tables.md").read_text()
+    assert "Table 1: broad actions" in tables and "(GPT2-XL)" in tables
+    # the published GPT2-XL FT reliability for deontology/broad appears next to ours
+    pub = json.loads((countermoral_dir / "published-results-gpt2-xl" / "ft.json").read_text())
+    ref = pub["results"]["DEONTOLOGY"]["broad-actions"]["edited"]["AGS"]["reliability"]["mean"]
+    assert f"{ref:.3f}" in tables
+
+    again = CliRunner().invoke(cli, args)  # rerun: finished entries are skipped
+    assert again.exit_code == 0, again.output
+    assert (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines() == lines
+
+    batch = CliRunner().invoke(cli, args + ["--batch"])
+    assert batch.exit_code == 0, batch.output
+    brows = [json.loads(x) for x in (out / "ft" / "broad-batch" / "entries.jsonl").read_text().splitlines()]
+    assert len(brows) == 2 and all(r["batch_size"] == 2 for r in brows)
+    assert "Table 4" in (out / "tables.md").read_text()
+
+
+def test_batch_refused_for_single_edit_methods(bundled_lm, countermoral_dir, tmp_path):
+    from sage.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["edit", "--method", "rome", "--framework", "deontology",
+                                   "--limit", "1", "--batch", "--data", str(countermoral_dir),
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "does not batch" in res.output

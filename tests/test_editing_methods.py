@@ -1,0 +1,114 @@
+"""Every registered editor on the bundled model: the edit takes, neighbourhood is measured on the
+edited model, and restore() gives the original weights bit for bit (tensor hashes).
+
+Few steps and one entry per method keep this under a few minutes on 2 CPU cores.
+"""
+from __future__ import annotations
+
+import pytest
+
+from sage.editing.base import EditContext, make_editor
+from sage.editing.dataset import load_countermoral
+from sage.editing.handles import state_hashes
+from sage.editing.metrics import observe
+from sage.editing.runner import evaluate
+from sage.editing.scorer import LMScorer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """On 2 shared cores one intra-op thread is faster than two contending ones."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+# Small budgets for tests; the defaults (TUNING.md) are for real runs.
+FAST = {
+    "ft": {"steps": 10, "lr": 2e-2, "norm_constraint": 2e-2},
+    "lora": {"steps": 10, "lr": 2e-2, "layers": [3, 4]},
+    "rome": {"v_steps": 12, "n_context": 2, "clamp_norm_factor": 10.0},
+    "memit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0},
+    "alphaedit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0},
+    "ike": {"k": 3},
+    "serac": {},
+    "grace": {"steps": 10, "radius": 1.0},
+}
+
+
+@pytest.fixture(scope="module")
+def pool(countermoral_dir):
+    return load_countermoral(countermoral_dir, "deontology", "broad")
+
+
+@pytest.fixture(scope="module")
+def corpus_file(countermoral_dir, tmp_path_factory):
+    """A local corpus for key statistics: every prompt of the specific subsets (> 10x key dim)."""
+    texts = []
+    for fw in ("care_ethics", "deontology", "utilitarianism", "virtue_ethics"):
+        for r in load_countermoral(countermoral_dir, fw, "specific"):
+            texts += [f"{r.prompt} {r.target_true}.", *r.action_paraphrases, *r.neighbourhood]
+    path = tmp_path_factory.mktemp("corpus") / "countermoral.txt"
+    path.write_text("\n".join(texts))  # same text every run: the statistics cache is reused
+    return str(path)
+
+
+@pytest.mark.parametrize("method", sorted(FAST))
+def test_edit_takes_and_restores_bit_for_bit(method, bundled_lm, pool, corpus_file):
+    from sage.editing.base import EDITORS
+
+    if method not in EDITORS:
+        pytest.skip(f"{method} not registered")
+    before = state_hashes(bundled_lm.model)
+    editor = make_editor(method, FAST[method], EditContext(pool=pool, corpus=corpus_file))
+    req = pool[0]
+    [row] = evaluate(editor, bundled_lm, [req], batch=False)
+    assert state_hashes(bundled_lm.model) == before
+    # the edit takes: the new target becomes clearly more likely and better predicted
+    assert row["post_p_new"] > 20 * row["pre_p_new"]
+    assert row["reliability"] >= row["pre_reliability"] + 0.19  # e.g. 2 -> 3 of 5 tokens
+    assert 0.0 <= row["locality"] <= 1.0 and row["neighbourhood_score"] >= 0.0
+
+
+@pytest.mark.parametrize("method", ["rome", "ft"])
+def test_neighbourhood_is_measured_on_the_edited_model(method, bundled_lm, pool, corpus_file):
+    req = pool[1]
+    base = LMScorer(bundled_lm.model, bundled_lm.tokenizer)
+    pre = observe(base, req)
+    editor = make_editor(method, FAST[method], EditContext(pool=pool, corpus=corpus_file))
+    handle = editor.apply(bundled_lm, [req])
+    try:
+        during = observe(handle.scoring_model(), req)
+    finally:
+        handle.restore()
+    after = observe(base, req)
+    changed = [abs(a.seq_prob - b.seq_prob) for a, b in zip(pre["neighbour"], during["neighbour"])]
+    assert max(changed) > 0.0  # scored while edited, not after restoring
+    assert [s.seq_prob for s in after["neighbour"]] == [s.seq_prob for s in pre["neighbour"]]
+
+
+@pytest.mark.parametrize("method", ["rome", "memit", "ft"])
+def test_same_code_edits_a_gpt2_layout(method, bundled_lm, pool):
+    """GPT-2 keeps its MLP in Conv1D ([in, out]); the profile from config.architectures handles it."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from sage.models.causal_lm import LoadedModel
+
+    tok = bundled_lm.tokenizer
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=64, n_head=2, vocab_size=len(tok),
+                                      architectures=["GPT2LMHeadModel"])).eval()
+    lm = LoadedModel(name="tiny-gpt2", path=None, model=gpt2, tokenizer=tok)
+    over = {"rome": {"layer": 1, "v_steps": 3, "n_context": 1, "covariance": "identity"},
+            "memit": {"layers": [0, 1], "v_steps": 3, "n_context": 1, "covariance": "identity"},
+            "ft": {"layer": 1, "steps": 3}}[method]
+    before = state_hashes(gpt2)
+    handle = make_editor(method, over).apply(lm, [pool[0]])
+    changed = state_hashes(gpt2) != before
+    handle.restore()
+    assert changed and state_hashes(gpt2) == before

@@ -1,0 +1,81 @@
+"""Wrapper methods are scored through their wrappers: the runner queries handle.scoring_model(),
+which rewrites prompts (IKE), while the model's weights never change."""
+from __future__ import annotations
+
+import pytest
+
+from sage.editing.base import EditContext, make_editor
+from sage.editing.dataset import load_countermoral
+from sage.editing.handles import state_hashes
+from sage.editing.metrics import observe
+from sage.editing.scorer import LMScorer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """On 2 shared cores one intra-op thread is faster than two contending ones."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_ike_scores_through_its_wrapper_and_excludes_the_entry(bundled_lm, countermoral_dir):
+    pool = load_countermoral(countermoral_dir, "virtue_ethics", "broad")[:6]
+    req = pool[0]
+    editor = make_editor("ike", {"k": 3}, EditContext(pool=pool))
+    demos = editor._retrieve(req)
+    assert len(demos) == 3 and req.uid not in {d.uid for d in demos}
+    before = state_hashes(bundled_lm.model)
+    handle = editor.apply(bundled_lm, [req])
+    wrapper = handle.scoring_model()
+    assert wrapper.rewrite([req.prompt])[0].endswith("\nPrompt: " + req.prompt)
+    assert req.target_new in wrapper.prefix and req.prompt not in wrapper.prefix.split("New Fact")[0]
+    calls = wrapper.calls
+    through = wrapper.score([req.prompt], [req.target_new])[0]
+    assert wrapper.calls == calls + 1
+    direct = LMScorer(bundled_lm.model, bundled_lm.tokenizer).score([req.prompt], [req.target_new])[0]
+    # the wrapper is in the scoring path: the in-context edit raises P(target_new)
+    assert through.seq_prob > 20 * direct.seq_prob
+    handle.restore()
+    assert state_hashes(bundled_lm.model) == before
+
+
+def test_serac_routes_in_scope_queries_to_the_counterfactual(bundled_lm, countermoral_dir):
+    pool = load_countermoral(countermoral_dir, "care_ethics", "broad")[:8]
+    req = pool[0]
+    editor = make_editor("serac", {}, EditContext(pool=pool))
+    handle = editor.apply(bundled_lm, [req])
+    wrapper = handle.scoring_model()
+    routes = wrapper.route([*req.relation_paraphrases, *req.neighbourhood])
+    in_scope = sum(r is not None for r in routes[:10])
+    out_scope = sum(r is None for r in routes[10:])
+    assert in_scope >= 7 and out_scope >= 5  # the classifier separates scope
+    through = observe(wrapper, req)
+    assert wrapper.calls == 1 and wrapper.routed_in_scope > 0
+    direct = observe(LMScorer(bundled_lm.model, bundled_lm.tokenizer), req)
+    assert through["new"][0].seq_prob > 20 * direct["new"][0].seq_prob
+    handle.restore()
+
+
+def test_grace_adapter_acts_only_through_its_scorer(bundled_lm, countermoral_dir):
+    pool = load_countermoral(countermoral_dir, "utilitarianism", "broad")[:2]
+    req = pool[0]
+    before = state_hashes(bundled_lm.model)
+    base = LMScorer(bundled_lm.model, bundled_lm.tokenizer)
+    pre = base.score([req.prompt], [req.target_new])[0]
+    handle = make_editor("grace", {"steps": 10}).apply(bundled_lm, [req])
+    try:
+        wrapper = handle.scoring_model()
+        through = wrapper.score([req.prompt], [req.target_new])[0]
+        direct = base.score([req.prompt], [req.target_new])[0]  # hook installed but inactive
+        assert wrapper.adapter.hits >= 1
+        assert through.seq_prob > 20 * pre.seq_prob and through.token_acc > pre.token_acc
+        assert direct.seq_prob == pre.seq_prob
+    finally:
+        handle.restore()
+    assert state_hashes(bundled_lm.model) == before
