@@ -5,6 +5,7 @@ Every `SageInputError` becomes one line on stderr and exit status 2, with no tra
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 
@@ -14,7 +15,26 @@ from sage import __version__
 from sage.errors import SageInputError
 
 
+# command name -> module defining `command`; modules are imported only when needed.
+COMMANDS = {
+    "score": "sage.cli.score",
+    "generate": "sage.cli.generate",
+    "edit": "sage.cli.edit",
+    "annotate": "sage.cli.annotate",
+    "correlate": "sage.cli.correlate",
+    "report": "sage.cli.report",
+}
+
+
 class _SageGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        return importlib.import_module(COMMANDS[name]).command
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -33,16 +53,6 @@ def cli(verbose: int, quiet: bool) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
-
-
-def _register_commands() -> None:
-    # One line per command module; each module defines a click command or group named `command`.
-    from sage.cli import score as _score
-
-    cli.add_command(_score.command)
-
-
-_register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,133 @@
+"""`sage generate paraphrases|answers|rots`: run one generation stage alone.
+
+Each stage reads a table, writes one (.csv/.jsonl/.parquet) table to the output directory, and
+resumes where a killed run stopped (records under <out-dir>/records, model calls cached).
+"""
+from __future__ import annotations
+
+import click
+
+_BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
+
+
+def _common(f):
+    opts = [
+        click.option("--backend", default=None, help=f"Generation backend: {_BACKEND_HELP}."),
+        click.option("--base-url", "base_urls", multiple=True,
+                     help="OpenAI-compatible endpoint (repeat to spread requests over servers); key from OPENAI_API_KEY."),
+        click.option("--prompt-format", default=None,
+                     help="chat (use the model's chat template), llama2, mistral, vicuna, falcon or plain."),
+        click.option("--seed", default=0, show_default=True, type=int),
+        click.option("--max-new-tokens", default=None, type=click.IntRange(min=1), help="Tokens per generation."),
+        click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
+        click.option("--device", default=None, help="cpu or cuda (default: cuda when available)."),
+        click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
+                     help="openai: requests in flight."),
+        click.option("--max-retries", default=5, show_default=True, type=click.IntRange(min=0)),
+        click.option("--timeout", default=60.0, show_default=True, type=float, help="openai: seconds per request."),
+        click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(min=1),
+                     help="vllm: GPUs per model."),
+        click.option("--cache", "cache_path", default=None, type=click.Path(dir_okay=False),
+                     help="Generation cache (default: $SAGE_CACHE_DIR/generations.sqlite)."),
+        click.option("--out-dir", default="sage-run", show_default=True, type=click.Path(file_okay=False)),
+        click.option("--output", default=None, help="Output file name inside --out-dir (.csv, .jsonl, .parquet)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _config(common: dict, **fields):
+    from sage.generation.pipeline import PipelineConfig
+
+    keys = ("base_urls", "seed", "batch_size", "device", "concurrency", "max_retries", "timeout",
+            "tensor_parallel_size", "cache_path", "out_dir")
+    return PipelineConfig(**{k: common[k] for k in keys}, **fields)
+
+
+def _write(df, common: dict, default_name: str) -> None:
+    from pathlib import Path
+
+    from sage.generation.records import write_table
+
+    path = write_table(df, Path(common["out_dir"]) / (common["output"] or default_name))
+    click.echo(f"wrote {len(df)} rows to {path}")
+
+
+def _tokens(common: dict, field: str) -> dict:
+    return {field: common["max_new_tokens"]} if common["max_new_tokens"] else {}
+
+
+@click.group("generate")
+def command() -> None:
+    """Run one stage of the generation pipeline: paraphrases, answers or rots."""
+
+
+@command.command("paraphrases")
+@click.option("--questions", type=click.Path(dir_okay=False), default=None,
+              help="Questions file with question_id,question (default: the built-in demo set).")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Paraphraser model (alias, HF id or path).")
+@click.option("-k", "--paraphrases", "k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Paraphrases kept per question.")
+@click.option("--min-parascore", default=None, type=float,
+              help="ParaScore threshold (default 0.8 as in the SaGE paper; the authors' code used 0.6).")
+@click.option("--attempts", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Paraphraser calls per question at most.")
+@click.option("--temperature", default=0.7, show_default=True, type=click.FloatRange(min=0))
+@_common
+def paraphrases_cmd(questions, model, k, min_parascore, attempts, temperature, **common):
+    """Paraphrase questions, keeping candidates above the ParaScore threshold."""
+    from pathlib import Path
+
+    from sage.generation.pipeline import generate_paraphrases
+    from sage.generation.records import write_table
+
+    cfg = _config(common, questions=questions, paraphraser=model, paraphraser_backend=common["backend"],
+                  model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
+                  paraphrase_attempts=attempts, paraphrase_temperature=temperature,
+                  **_tokens(common, "paraphrase_max_new_tokens"))
+    table, candidates = generate_paraphrases(cfg)
+    if len(candidates):
+        write_table(candidates, Path(common["out_dir"]) / "paraphrase_candidates.csv")
+    _write(table, common, "paraphrases.csv")
+
+
+@command.command("answers")
+@click.option("--paraphrases", "paraphrases_file", type=click.Path(dir_okay=False), default=None,
+              help="Paraphrase table (question_id, question, paraphrase_id, paraphrase[, paraphrase_score]).")
+@click.option("--questions", type=click.Path(dir_okay=False), default=None,
+              help="Answer the questions as written instead (default: the built-in demo set).")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Model under test.")
+@click.option("-s", "--samples", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Answers per paraphrase.")
+@click.option("-t", "--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="0 = greedy.")
+@_common
+def answers_cmd(paraphrases_file, questions, model, samples, temperature, **common):
+    """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
+    from sage.generation.pipeline import generate_answers, load_table
+    from sage.generation.records import read_questions
+
+    if paraphrases_file:
+        table = load_table(paraphrases_file, "paraphrase table")
+    else:
+        table = read_questions(questions).drop_duplicates("question_id")
+        table = table.assign(paraphrase_id=0, paraphrase=table["question"], paraphrase_score=float("nan"))
+    cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
+                  samples=samples, temperature=temperature, **_tokens(common, "answer_max_new_tokens"))
+    _write(generate_answers(table, cfg), common, "answers.csv")
+
+
+@command.command("rots")
+@click.option("--answers", "answers_file", required=True, type=click.Path(dir_okay=False),
+              help="Answers table from `sage generate answers`.")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Rule-of-Thumb writer.")
+@_common
+def rots_cmd(answers_file, model, **common):
+    """Write a Rule of Thumb for every answer."""
+    from sage.generation.pipeline import generate_rots, load_table
+
+    table = load_table(answers_file, "answers table")
+    cfg = _config(common, rot_model=model, rot_backend=common["backend"],
+                  **_tokens(common, "rot_max_new_tokens"))
+    _write(generate_rots(table, cfg), common, "rots.csv")

@@ -1,0 +1,95 @@
+"""The backend registry, backend options, and the one way to build a (cached) backend.
+
+Backends live in their own modules and register themselves on import; `BACKENDS` names the
+module for each, so optional dependencies (llama-cpp-python, vllm) load only when used.
+Adding a backend = one module with `@BACKENDS.register("name")` + one entry below.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from sage.api import GenerationBackend, GenerationRequest, SamplingParams
+from sage.errors import SageInputError
+from sage.registry import Registry
+
+BACKENDS: Registry[type] = Registry(
+    "generation backend",
+    lazy_modules={
+        "transformers": "sage.generation.hf",
+        "llamacpp": "sage.generation.llamacpp",
+        "vllm": "sage.generation.vllm_backend",
+        "openai": "sage.generation.openai_backend",
+    },
+)
+
+
+class BackendError(SageInputError):
+    """A backend that cannot run (missing optional dependency, unreachable server after retries)."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Runtime options; each backend reads the ones it uses."""
+
+    device: str | None = None  # transformers: cpu / cuda (default: cuda when available)
+    dtype: str = "float32"
+    batch_size: int = 16  # transformers: prompts per forward pass
+    base_urls: tuple[str, ...] = ()  # openai: one or more OpenAI-compatible endpoints
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8  # openai: requests in flight
+    max_retries: int = 5
+    timeout: float = 60.0
+    backoff: float = 0.5  # first retry delay in seconds, doubled each retry, with jitter
+    tensor_parallel_size: int = 1  # vllm
+    n_ctx: int = 2048  # llamacpp
+    n_threads: int | None = None  # llamacpp (default: all cores)
+    extra: dict = field(default_factory=dict)
+
+
+def request_seed(request: GenerationRequest) -> int:
+    """A 31-bit seed from the user seed, the sample index and the prompt.
+
+    Sampling with it does not depend on which other prompts share a batch.
+    """
+    blob = json.dumps(
+        [request.params.seed, request.sample, request.prompt, request.messages], default=list
+    )
+    return int(hashlib.sha256(blob.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def build_requests(
+    spec_format,
+    message_lists: Sequence[tuple[tuple[str, str], ...]],
+    params: SamplingParams,
+    samples: Sequence[int] | None = None,
+) -> list[GenerationRequest]:
+    """Chat messages -> requests in the model's prompt format (chat, or rendered text)."""
+    samples = list(samples) if samples is not None else [0] * len(message_lists)
+    if spec_format.stop:
+        params = SamplingParams(**{**params.__dict__, "stop": tuple(params.stop) + spec_format.stop})
+    out = []
+    for msgs, s in zip(message_lists, samples):
+        msgs = tuple(tuple(m) for m in msgs)
+        if spec_format.chat:
+            out.append(GenerationRequest(messages=msgs, params=params, sample=s))
+        else:
+            out.append(GenerationRequest(prompt=spec_format.render(msgs), params=params, sample=s))
+    return out
+
+
+def make_backend(
+    spec,
+    options: BackendOptions | None = None,
+    *,
+    cache_path: str | Path | None = None,
+) -> GenerationBackend:
+    """Instantiate `spec.backend` for `spec.model_id`, wrapped in the generation cache."""
+    from sage.generation.cache import CachedBackend, GenerationCache
+
+    cls = BACKENDS.get(spec.backend)
+    backend = cls(spec.model_id, options or BackendOptions())
+    return CachedBackend(backend, GenerationCache(cache_path))

@@ -1,0 +1,148 @@
+"""The one caching wrapper every model call goes through.
+
+`CachedBackend` wraps any `GenerationBackend`. Each request gets a content-addressed key:
+sha256 of (model id, prompt or messages, sampling parameters, sample index). Hits are served
+from SQLite; misses go to the wrapped backend in one batch and are stored as soon as the batch
+returns, so a killed run loses at most the batch in flight and a rerun makes no model calls
+for work already done.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.settings import cache_dir
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_logprobs TEXT,
+    finish_reason TEXT,
+    created REAL NOT NULL
+)
+"""
+
+
+def request_key(model_id: str, request: GenerationRequest) -> str:
+    """Content address of one model call: model id, prompt/messages, parameters, sample index."""
+    payload = {
+        "model": model_id,
+        "prompt": request.prompt,
+        "messages": [list(m) for m in request.messages] if request.messages is not None else None,
+        "params": dataclasses.asdict(request.params),
+        "sample": request.sample,
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=list)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def default_cache_path() -> Path:
+    return cache_dir() / "generations.sqlite"
+
+
+class GenerationCache:
+    """A small SQLite key-value store of generations (WAL mode, safe across processes)."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(_SCHEMA)
+        self._conn.commit()
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
+        found: dict[str, Generation] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT key, text, token_logprobs, finish_reason FROM generations WHERE key IN ({marks})",
+                    chunk,
+                ).fetchall()
+                for key, text, lps, finish in rows:
+                    found[key] = Generation(
+                        text=text,
+                        token_logprobs=json.loads(lps) if lps is not None else None,
+                        finish_reason=finish,
+                        cached=True,
+                    )
+        return found
+
+    def put_many(self, items: Sequence[tuple[str, str, GenerationRequest, Generation]]) -> None:
+        rows = [
+            (
+                key,
+                model,
+                json.dumps(dataclasses.asdict(req), default=list, ensure_ascii=False),
+                gen.text,
+                json.dumps(gen.token_logprobs) if gen.token_logprobs is not None else None,
+                gen.finish_reason,
+                time.time(),
+            )
+            for key, model, req, gen in items
+        ]
+        with self._lock:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO generations VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+            )
+            self._conn.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class CachedBackend(GenerationBackend):
+    """Wraps a backend; only cache misses reach it. `calls` counts requests sent to the model."""
+
+    def __init__(self, inner: GenerationBackend, cache: GenerationCache | None = None):
+        self.inner = inner
+        self.cache = cache if cache is not None else GenerationCache()
+        self.name = inner.name
+        self.calls = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        keys = [request_key(self.model_id, r) for r in requests]
+        hits = self.cache.get_many(list(dict.fromkeys(keys)))
+        todo: dict[str, GenerationRequest] = {}
+        for key, req in zip(keys, requests):
+            if key not in hits and key not in todo:
+                todo[key] = req
+        if todo:
+            log.debug("%s: %d cached, %d to generate", self.model_id, len(requests) - len(todo), len(todo))
+            outs = self.inner.generate(list(todo.values()))
+            self.calls += len(todo)
+            self.cache.put_many(
+                [(k, self.model_id, r, g) for (k, r), g in zip(todo.items(), outs)]
+            )
+            for key, gen in zip(todo, outs):
+                hits[key] = dataclasses.replace(gen, cached=False)
+        return [dataclasses.replace(hits[k]) for k in keys]
+
+    def close(self) -> None:
+        self.inner.close()

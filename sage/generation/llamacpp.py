@@ -1,0 +1,94 @@
+"""`llamacpp` backend: in-process llama-cpp-python for GGUF files (the CPU speed reference).
+
+Requests run one after another (llama-cpp-python has no batched API); each carries its own
+seed. Sampling is plain temperature + top-p (llama.cpp's default top-k, min-p and repeat
+penalty are switched off), so outputs follow the same rules as the other backends, and the
+context is reset before every request so (seed, sample) is reproducible. Per-token
+log-probabilities need a context that keeps all logits; it is created on first need.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Sequence
+
+from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.errors import SageInputError
+from sage.generation.base import BACKENDS, BackendError, BackendOptions, request_seed
+
+log = logging.getLogger(__name__)
+
+
+@BACKENDS.register("llamacpp")
+class LlamaCppBackend(GenerationBackend):
+    name = "llamacpp"
+
+    def __init__(self, model: str, options: BackendOptions | None = None):
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise BackendError(
+                "the llamacpp backend needs llama-cpp-python: `pip install 'sage-consistency[bundled]'`"
+            )
+        from sage.models.resolve import resolve_model_path
+
+        self.options = options or BackendOptions()
+        self._model_id = model
+        path = resolve_model_path(model, what="GGUF model")
+        if not (path.is_file() and path.suffix.lower() == ".gguf"):
+            raise SageInputError(
+                f"the llamacpp backend needs a .gguf file, but {model!r} is {path}; pass a .gguf path, "
+                "or use --backend transformers"
+            )
+        self.path = path
+        self._llms: dict[bool, object] = {}
+        self._llm(False)
+
+    def _llm(self, logits_all: bool):
+        if logits_all not in self._llms:
+            from llama_cpp import Llama
+
+            self._llms[logits_all] = Llama(
+                model_path=str(self.path), n_ctx=self.options.n_ctx, logits_all=logits_all,
+                n_threads=self.options.n_threads or os.cpu_count(), seed=0, verbose=False,
+            )
+        return self._llms[logits_all]
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, req: GenerationRequest) -> Generation:
+        p = req.params
+        llm = self._llm(p.logprobs)
+        # Reusing the KV cache of the previous prompt changes the numbers slightly, and with them
+        # sampled tokens; a fresh context per request keeps (seed, sample) reproducible.
+        llm.reset()
+        kwargs = dict(max_tokens=p.max_new_tokens, temperature=p.temperature, top_p=p.top_p, top_k=0,
+                      min_p=0.0, repeat_penalty=1.0, seed=request_seed(req), stop=list(p.stop) or None)
+        if req.messages is not None:
+            out = llm.create_chat_completion(
+                messages=[{"role": r, "content": c} for r, c in req.messages],
+                logprobs=p.logprobs or None, top_logprobs=0 if p.logprobs else None, **kwargs,
+            )
+            choice = out["choices"][0]
+            lps = None
+            if p.logprobs and choice.get("logprobs"):
+                lps = [float(t["logprob"]) for t in choice["logprobs"]["content"]]
+            return Generation(text=choice["message"]["content"] or "", token_logprobs=lps,
+                              finish_reason=choice.get("finish_reason"))
+        out = llm.create_completion(prompt=req.prompt, logprobs=1 if p.logprobs else None, **kwargs)
+        choice = out["choices"][0]
+        lps = None
+        if p.logprobs and choice.get("logprobs"):
+            lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+        return Generation(text=choice["text"], token_logprobs=lps, finish_reason=choice.get("finish_reason"))
+
+    def close(self) -> None:
+        for llm in self._llms.values():
+            close = getattr(llm, "close", None)
+            if close:
+                close()
+        self._llms.clear()

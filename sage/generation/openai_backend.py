@@ -1,0 +1,118 @@
+"""`openai` backend: any OpenAI-compatible endpoint through the official `openai` client.
+
+Requests run with bounded concurrency; several base URLs share the load (request i goes to
+server i mod n, and each retry moves to the next server). 429, 5xx, timeouts and dropped
+connections are retried with exponential backoff and jitter; after the last retry the error is
+one clear line. The API key comes from OPENAI_API_KEY (local servers accept any key).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.generation.base import BACKENDS, BackendError, BackendOptions, request_seed
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+@BACKENDS.register("openai")
+class OpenAIBackend(GenerationBackend):
+    name = "openai"
+
+    def __init__(self, model: str, options: BackendOptions | None = None):
+        import openai
+
+        self.options = options or BackendOptions()
+        self._model_id = model
+        urls = tuple(self.options.base_urls) or (os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,)
+        key = os.environ.get(self.options.api_key_env)
+        if not key and DEFAULT_BASE_URL in urls:
+            raise BackendError(
+                f"model {model!r} is served by the OpenAI API, which needs a key: set {self.options.api_key_env}, "
+                "or pass --base-url for another OpenAI-compatible server"
+            )
+        self.urls = urls
+        # The client's own retries are off: ours add jitter and rotate across servers.
+        self.clients = [
+            openai.OpenAI(base_url=u, api_key=key or "sk-local", max_retries=0, timeout=self.options.timeout)
+            for u in urls
+        ]
+        self._retryable = (openai.RateLimitError, openai.InternalServerError,
+                           openai.APITimeoutError, openai.APIConnectionError)
+        self._status_error = openai.APIStatusError
+        self._rng = random.Random()
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        if not requests:
+            return []
+        workers = max(1, min(self.options.concurrency, len(requests)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(self._with_retries, i, r) for i, r in enumerate(requests)]
+            return [f.result() for f in futures]
+
+    def _with_retries(self, index: int, req: GenerationRequest) -> Generation:
+        attempts = self.options.max_retries + 1
+        for attempt in range(attempts):
+            server = (index + attempt) % len(self.clients)
+            try:
+                return self._call(self.clients[server], req)
+            except self._retryable as exc:
+                if attempt == attempts - 1:
+                    raise BackendError(
+                        f"OpenAI-compatible server {self.urls[server]} failed after {attempts} attempts "
+                        f"({_describe(exc)}); check the server, or raise --max-retries / --timeout"
+                    ) from None
+                delay = min(30.0, self.options.backoff * 2**attempt) * (0.5 + self._rng.random())
+                log.info("%s: %s; retry %d/%d in %.2f s", self.urls[server], _describe(exc), attempt + 1,
+                         attempts - 1, delay)
+                time.sleep(delay)
+            except self._status_error as exc:  # 4xx other than 429: retrying will not help
+                raise BackendError(
+                    f"OpenAI-compatible server {self.urls[server]} rejected the request for model "
+                    f"{self._model_id!r} ({_describe(exc)}); check the model name and the API key"
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _call(self, client, req: GenerationRequest) -> Generation:
+        p = req.params
+        kwargs = dict(model=self._model_id, max_tokens=p.max_new_tokens, temperature=p.temperature,
+                      top_p=p.top_p, seed=request_seed(req))
+        if p.stop:
+            kwargs["stop"] = list(p.stop)
+        if req.messages is not None:
+            if p.logprobs:
+                kwargs.update(logprobs=True, top_logprobs=1)  # llama.cpp's server needs top_logprobs set
+            resp = client.chat.completions.create(
+                messages=[{"role": r, "content": c} for r, c in req.messages], **kwargs
+            )
+            choice = resp.choices[0]
+            lps = None
+            if p.logprobs and choice.logprobs is not None and choice.logprobs.content is not None:
+                lps = [t.logprob for t in choice.logprobs.content]
+            return Generation(text=choice.message.content or "", token_logprobs=lps,
+                              finish_reason=choice.finish_reason)
+        if p.logprobs:
+            kwargs["logprobs"] = 1
+        resp = client.completions.create(prompt=req.prompt, **kwargs)
+        choice = resp.choices[0]
+        lps = None
+        if p.logprobs and choice.logprobs is not None and choice.logprobs.token_logprobs is not None:
+            lps = [float(x) for x in choice.logprobs.token_logprobs]
+        return Generation(text=choice.text or "", token_logprobs=lps, finish_reason=choice.finish_reason)
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    return f"HTTP {status} {name}" if status else name

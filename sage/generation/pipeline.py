@@ -1,0 +1,257 @@
+"""Paraphrase -> answer -> Rule of Thumb, resumable, returning the responses table.
+
+`run_pipeline(...)` is what `sage score --model NAME` calls; `sage generate` runs the three
+stage functions alone. Each stage appends one record per finished item under
+`<out_dir>/records/` (file names carry a fingerprint of the stage's model and settings, so a
+changed setting never reuses stale records) and every model call goes through the SQLite
+generation cache. Killing a run at any moment and starting it again yields the same table with
+no lost or duplicated rows; rerunning finished work makes no model calls.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from sage.api import SamplingParams
+from sage.errors import SageInputError
+from sage.generation.base import BackendOptions, make_backend
+from sage.generation.models import resolve_model
+from sage.generation.records import RecordStore, read_questions, read_table, write_table
+from sage.generation.stages import answer_items, clean_answer, clean_rot, rot_items, run_items
+
+log = logging.getLogger(__name__)
+
+RESPONSE_COLUMNS = [
+    "question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score",
+    "model", "sample", "answer", "rot",
+]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    model: str = "smollm2-135m"  # the model under test
+    backend: str | None = None  # default: the model's registry entry (transformers for HF ids/paths)
+    prompt_format: str | None = None
+    paraphraser: str | None = None  # default: the model under test
+    paraphraser_backend: str | None = None
+    rot_model: str | None = None  # default: the paraphraser
+    rot_backend: str | None = None
+    questions: str | None = None  # default: the built-in demo set
+    k: int = 5  # paraphrases per question
+    samples: int = 1  # answers per paraphrase
+    temperature: float = 0.0  # answers; 0 = greedy
+    top_p: float = 1.0
+    seed: int = 0
+    answer_max_new_tokens: int = 128
+    rot_max_new_tokens: int = 48
+    paraphrase_max_new_tokens: int = 256
+    paraphrase_temperature: float = 0.7
+    min_parascore: float | None = None  # default 0.8 (SaGE paper); the authors' code used 0.6
+    paraphrase_attempts: int = 3
+    parascore_encoder: str | None = None  # default: the bundled all-MiniLM-L6-v2
+    parascore_layers: int = 6
+    base_urls: tuple[str, ...] = ()
+    device: str | None = None
+    batch_size: int = 16
+    concurrency: int = 8
+    max_retries: int = 5
+    timeout: float = 60.0
+    tensor_parallel_size: int = 1
+    out_dir: str = "sage-run"
+    output: str = "responses.csv"
+    cache_path: str | None = None  # default: <SAGE_CACHE_DIR>/generations.sqlite
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.samples < 1:
+            raise SageInputError(f"samples per paraphrase must be >= 1 (got {self.samples})")
+        if self.temperature < 0:
+            raise SageInputError(f"temperature must be >= 0 (got {self.temperature})")
+
+
+def _fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+class _Backends:
+    """One cached backend per (model, backend, format), shared by the stages of a run."""
+
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+        self._made: dict = {}
+        self.options = BackendOptions(
+            device=cfg.device, batch_size=cfg.batch_size, base_urls=tuple(cfg.base_urls),
+            concurrency=cfg.concurrency, max_retries=cfg.max_retries, timeout=cfg.timeout,
+            tensor_parallel_size=cfg.tensor_parallel_size, extra=dict(cfg.extra),
+        )
+
+    def get(self, model: str, backend: str | None, prompt_format: str | None = None):
+        spec = resolve_model(model, backend=backend, prompt_format=prompt_format)
+        key = (spec.model_id, spec.backend, spec.prompt_format)
+        if key not in self._made:
+            self._made[key] = (spec, make_backend(spec, self.options, cache_path=self.cfg.cache_path))
+        return self._made[key]
+
+    def model_under_test(self):
+        # --base-url without --backend means the model under test is served by those servers.
+        backend = self.cfg.backend or ("openai" if self.cfg.base_urls else None)
+        return self.get(self.cfg.model, backend, self.cfg.prompt_format)
+
+    def paraphraser(self):
+        if self.cfg.paraphraser is None:
+            return self.model_under_test()
+        return self.get(self.cfg.paraphraser, self.cfg.paraphraser_backend)
+
+    def rot_writer(self):
+        if self.cfg.rot_model is None:
+            return self.paraphraser() if self.cfg.paraphraser else self.model_under_test()
+        return self.get(self.cfg.rot_model, self.cfg.rot_backend)
+
+    def calls(self) -> int:
+        return sum(b.calls for _, b in self._made.values())
+
+    def close(self) -> None:
+        for _, b in self._made.values():
+            b.close()
+        self._made.clear()
+
+
+def _records(cfg: PipelineConfig, stage: str, fp: str) -> RecordStore:
+    return RecordStore(Path(cfg.out_dir) / "records" / f"{stage}-{fp}.jsonl")
+
+
+# --------------------------------------------------------------------------- stages
+def generate_paraphrases(cfg: PipelineConfig, backends: _Backends | None = None, questions=None):
+    """Paraphrase table (kept paraphrases) and the table of all candidates with scores.
+
+    Questions that come with user paraphrases (a `paraphrase` column) are not paraphrased.
+    """
+    import pandas as pd
+
+    from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
+    from sage.paraphrase.stage import (
+        ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage, user_paraphrase_table,
+    )
+
+    questions = read_questions(cfg.questions) if questions is None else questions
+    if "paraphrase" in questions.columns:
+        log.info("using %d user-supplied paraphrases", len(questions))
+        return user_paraphrase_table(questions), pd.DataFrame()
+    own = backends is None
+    backends = backends or _Backends(cfg)
+    try:
+        spec, backend = backends.paraphraser()
+        pcfg = ParaphraseConfig(
+            k=cfg.k, threshold=DEFAULT_THRESHOLD if cfg.min_parascore is None else cfg.min_parascore,
+            max_attempts=cfg.paraphrase_attempts, temperature=cfg.paraphrase_temperature,
+            max_new_tokens=cfg.paraphrase_max_new_tokens, seed=cfg.seed, batch_size=cfg.batch_size,
+        )
+        scorer = ParaScorer(cfg.parascore_encoder, num_layers=cfg.parascore_layers, device=cfg.device or "cpu")
+        store = _records(cfg, "paraphrases", _fingerprint(spec.model_id, spec.backend, spec.prompt_format,
+                                                          asdict(pcfg), scorer.describe()))
+        run_paraphrase_stage(questions, backend, spec.format, scorer, store, pcfg)
+        return paraphrase_table(questions, store), candidates_table(store)
+    finally:
+        if own:
+            backends.close()
+
+
+def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | None = None):
+    """The paraphrase table repeated per sample, with the model's `answer`."""
+    _require(paraphrases, ["question_id", "paraphrase_id", "paraphrase"], "paraphrase table")
+    own = backends is None
+    backends = backends or _Backends(cfg)
+    try:
+        spec, backend = backends.model_under_test()
+        params = SamplingParams(max_new_tokens=cfg.answer_max_new_tokens, temperature=cfg.temperature,
+                                top_p=cfg.top_p, seed=cfg.seed)
+        items = answer_items(paraphrases, cfg.samples)
+        store = _records(cfg, "answers", _fingerprint(spec.model_id, spec.backend, spec.prompt_format, asdict(params)))
+        run_items(items, backend, spec.format, params, store, clean_answer, "answer",
+                  batch_size=cfg.batch_size, desc="answers")
+        df = _expand_samples(paraphrases, cfg.samples)
+        df["model"] = spec.alias
+        df["answer"] = [store.records[it.key]["answer"] for it in items]
+        return df
+    finally:
+        if own:
+            backends.close()
+
+
+def generate_rots(answers, cfg: PipelineConfig, backends: _Backends | None = None):
+    """The answers table with a Rule of Thumb (`rot`) for every answer."""
+    _require(answers, ["question_id", "paraphrase_id", "sample", "paraphrase", "answer"], "answers table")
+    own = backends is None
+    backends = backends or _Backends(cfg)
+    try:
+        spec, backend = backends.rot_writer()
+        params = SamplingParams(max_new_tokens=cfg.rot_max_new_tokens, temperature=0.0, seed=cfg.seed)
+        items = rot_items(answers)
+        store = _records(cfg, "rots", _fingerprint(spec.model_id, spec.backend, spec.prompt_format, asdict(params)))
+        run_items(items, backend, spec.format, params, store, clean_rot, "rot",
+                  batch_size=cfg.batch_size, desc="rules of thumb")
+        out = answers.copy()
+        out["rot"] = [store.records[it.key]["rot"] for it in items]
+        return out
+    finally:
+        if own:
+            backends.close()
+
+
+def run_pipeline(config: PipelineConfig | None = None, **overrides):
+    """Paraphrase -> answer -> RoT; writes `<out_dir>/<output>` and returns the responses table.
+
+    Columns: question_id, question, paraphrase_id, paraphrase, paraphrase_score, model, sample,
+    answer, rot; one row per question x paraphrase x sample. Also writes
+    `<out_dir>/paraphrase_candidates.csv` (every candidate, kept or rejected, with scores).
+    `responses.attrs["model_calls"]` counts the requests that reached a model (cache misses).
+    """
+    cfg = replace(config or PipelineConfig(), **overrides)
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    backends = _Backends(cfg)
+    try:
+        paraphrases, candidates = generate_paraphrases(cfg, backends)
+        if len(candidates):
+            write_table(candidates, out_dir / "paraphrase_candidates.csv")
+        answers = generate_answers(paraphrases, cfg, backends)
+        responses = generate_rots(answers, cfg, backends)[RESPONSE_COLUMNS]
+        from sage.data.responses import write_responses
+
+        write_responses(responses, out_dir / cfg.output)
+        responses.attrs["model_calls"] = backends.calls()  # requests that missed the cache
+        log.info("wrote %d responses to %s (%d model calls, the rest cached)",
+                 len(responses), out_dir / cfg.output, backends.calls())
+        return responses
+    finally:
+        backends.close()
+
+
+# --------------------------------------------------------------------------- helpers
+def _require(df, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise SageInputError(f"{what} lacks column(s) {', '.join(missing)}; it has: {', '.join(map(str, df.columns))}")
+
+
+def _expand_samples(paraphrases, samples: int):
+    """Each paraphrase row repeated per sample, in the order `answer_items` enumerates them."""
+    import numpy as np
+
+    base = paraphrases.reset_index(drop=True)
+    df = base.loc[base.index.repeat(samples)].reset_index(drop=True)
+    df["sample"] = np.tile(np.arange(samples), len(base))
+    return df
+
+
+def load_table(path: str | Path, what: str):
+    df = read_table(path, what)
+    for col in ("paraphrase_id", "sample"):
+        if col in df.columns:
+            df[col] = df[col].astype(int)
+    if "question_id" in df.columns:
+        df["question_id"] = df["question_id"].astype(str)
+    return df

@@ -1,0 +1,73 @@
+"""`vllm` backend: vLLM's offline engine (optional extra, imported only here).
+
+Tensor parallel size comes from `BackendOptions.tensor_parallel_size`. Every request carries
+its own seed, so samples do not depend on batch composition.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.generation.base import BACKENDS, BackendError, BackendOptions, request_seed
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "the vllm backend needs vLLM: install it with `pip install 'sage-consistency[vllm]'` (Linux, CUDA GPU)"
+
+
+@BACKENDS.register("vllm")
+class VLLMBackend(GenerationBackend):
+    name = "vllm"
+
+    def __init__(self, model: str, options: BackendOptions | None = None):
+        try:
+            import vllm
+        except ImportError:
+            raise BackendError(INSTALL_HINT) from None
+        from sage.models.causal_lm import model_dir
+
+        self.options = options or BackendOptions()
+        self._model_id = model
+        self._vllm = vllm
+        path = model_dir(model)  # local only: never a hub download; GGUF is dequantized once
+        self.llm = vllm.LLM(model=str(path), tensor_parallel_size=self.options.tensor_parallel_size,
+                            dtype="auto", seed=0)
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def _params(self, req: GenerationRequest):
+        p = req.params
+        return self._vllm.SamplingParams(
+            n=1, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
+            seed=request_seed(req), stop=list(p.stop) or None, logprobs=0 if p.logprobs else None,
+        )
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        results: list[Generation | None] = [None] * len(requests)
+        chat = [i for i, r in enumerate(requests) if r.messages is not None]
+        plain = [i for i, r in enumerate(requests) if r.messages is None]
+        if chat:
+            convs = [[{"role": r, "content": c} for r, c in requests[i].messages] for i in chat]
+            outs = self.llm.chat(convs, sampling_params=[self._params(requests[i]) for i in chat], use_tqdm=False)
+            for i, o in zip(chat, outs):
+                results[i] = self._convert(o, requests[i])
+        if plain:
+            outs = self.llm.generate([requests[i].prompt for i in plain],
+                                     sampling_params=[self._params(requests[i]) for i in plain], use_tqdm=False)
+            for i, o in zip(plain, outs):
+                results[i] = self._convert(o, requests[i])
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _convert(out, req: GenerationRequest) -> Generation:
+        c = out.outputs[0]
+        lps = None
+        if req.params.logprobs and c.logprobs is not None:
+            lps = [float(step[tid].logprob) for step, tid in zip(c.logprobs, c.token_ids)]
+        return Generation(text=c.text, token_logprobs=lps, finish_reason=c.finish_reason)
+
+    def close(self) -> None:
+        self.llm = None

@@ -1,0 +1,1 @@
+"""Paraphrase stage: few-shot candidates filtered by a locally computed ParaScore."""

@@ -1,0 +1,203 @@
+"""Paraphrase stage: few-shot numbered candidates, deduplication, ParaScore filter, retries.
+
+Per question: ask the paraphraser for K numbered paraphrases; parse, drop duplicates (of the
+question or of earlier candidates), score the rest with ParaScore and keep those at or above
+the threshold, up to K. Questions short of K are asked again (a new sample index, so a new
+seed) up to `max_attempts` times. Every candidate is recorded with its scores and the reason it
+was kept or rejected; one record per question is appended when the question is finished.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+
+from sage.api import GenerationBackend, SamplingParams
+from sage.errors import SageInputError
+from sage.generation.base import build_requests
+from sage.generation.models import PromptFormat
+from sage.generation.records import RecordStore
+from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
+
+log = logging.getLogger(__name__)
+
+_SHOT_QUESTION = "Is it okay to lie to get out of trouble?"
+_SHOT_PARAPHRASES = (
+    "Is lying acceptable when it keeps you out of trouble?",
+    "Can telling a lie be justified if it helps you avoid trouble?",
+    "Is it alright to be dishonest in order to escape getting in trouble?",
+    "Would it be fine to lie so that you do not get into trouble?",
+    "Is it morally acceptable to lie your way out of trouble?",
+)
+
+
+@dataclass(frozen=True)
+class ParaphraseConfig:
+    k: int = 5
+    threshold: float = DEFAULT_THRESHOLD
+    max_attempts: int = 3
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_new_tokens: int = 256
+    seed: int = 0
+    batch_size: int = 16
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise SageInputError(f"paraphrases per question must be >= 1 (got {self.k})")
+        if self.max_attempts < 1:
+            raise SageInputError(f"paraphrase attempts must be >= 1 (got {self.max_attempts})")
+
+
+def _instruction(n: int, question: str) -> str:
+    return (
+        f"Rewrite the question below in {n} different ways. Keep its meaning, change the wording. "
+        f"Write one paraphrase per line, numbered 1 to {n}.\n\nQuestion: {question}"
+    )
+
+
+def paraphrase_messages(question: str, n: int) -> tuple[tuple[str, str], ...]:
+    shots = _SHOT_PARAPHRASES[: max(1, min(n, len(_SHOT_PARAPHRASES)))]
+    example = "\n".join(f"{i}. {p}" for i, p in enumerate(shots, 1))
+    return (
+        ("user", _instruction(len(shots), _SHOT_QUESTION)),
+        ("assistant", example),
+        ("user", _instruction(n, question)),
+    )
+
+
+_NUMBERED = re.compile(r"^\s*(?:\d{1,2}\s*[.):\]-]|[-*•])\s*(.+?)\s*$")
+
+
+def parse_candidates(text: str) -> list[str]:
+    """Numbered (or bulleted) lines of the reply, cleaned; other lines are ignored."""
+    out = []
+    for line in text.splitlines():
+        m = _NUMBERED.match(line)
+        if not m:
+            continue
+        cand = m.group(1).strip().strip('"“”*').strip()
+        if len(cand.split()) >= 3:
+            out.append(cand)
+    return out
+
+
+def normalize(text: str) -> str:
+    return re.sub(r"[^a-z0-9 ]", "", re.sub(r"\s+", " ", text.lower())).strip()
+
+
+def run_paraphrase_stage(
+    questions,
+    backend: GenerationBackend,
+    fmt: PromptFormat,
+    scorer: ParaScorer,
+    store: RecordStore,
+    cfg: ParaphraseConfig = ParaphraseConfig(),
+) -> int:
+    """Paraphrase every question not yet in `store`; returns the number of questions done now."""
+    from tqdm.auto import tqdm
+
+    unique = questions.drop_duplicates("question_id")
+    pending = [(r.question_id, r.question) for r in unique.itertuples(index=False) if r.question_id not in store]
+    params = SamplingParams(
+        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed
+    )
+    bar = tqdm(total=len(pending), desc="paraphrases", unit="question", disable=not pending, leave=False)
+    for start in range(0, len(pending), cfg.batch_size):
+        chunk = pending[start : start + cfg.batch_size]
+        state = {qid: {"seen": {normalize(q)}, "cands": [], "kept": 0, "attempts": 0} for qid, q in chunk}
+        for attempt in range(cfg.max_attempts):
+            need = [(qid, q) for qid, q in chunk if state[qid]["kept"] < cfg.k]
+            if not need:
+                break
+            reqs = build_requests(fmt, [paraphrase_messages(q, cfg.k) for _, q in need], params, [attempt] * len(need))
+            outs = backend.generate(reqs)
+            fresh: list[tuple[str, str, dict]] = []
+            for (qid, q), gen in zip(need, outs):
+                st = state[qid]
+                st["attempts"] = attempt + 1
+                for cand in parse_candidates(gen.text):
+                    rec = {"text": cand, "attempt": attempt, "similarity": None, "diversity": None,
+                           "score": None, "kept": False, "reason": "duplicate"}
+                    st["cands"].append(rec)
+                    norm = normalize(cand)
+                    if norm in st["seen"]:
+                        continue
+                    st["seen"].add(norm)
+                    fresh.append((qid, q, rec))
+            scores = scorer.score([q for _, q, _ in fresh], [r["text"] for _, _, r in fresh])
+            for (qid, _, rec), sc in zip(fresh, scores):
+                st = state[qid]
+                rec.update(similarity=sc.similarity, diversity=sc.diversity, score=sc.score)
+                if sc.score < cfg.threshold:
+                    rec["reason"] = "below_threshold"
+                elif st["kept"] >= cfg.k:
+                    rec["reason"] = "surplus"
+                else:
+                    rec.update(kept=True, reason="kept")
+                    st["kept"] += 1
+        store.append(
+            {
+                "key": qid,
+                "question_id": qid,
+                "question": q,
+                "attempts": state[qid]["attempts"],
+                "threshold": cfg.threshold,
+                "candidates": state[qid]["cands"],
+                "model": backend.model_id,
+            }
+            for qid, q in chunk
+        )
+        bar.update(len(chunk))
+    bar.close()
+    return len(pending)
+
+
+_TABLE_COLUMNS = ["question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score"]
+
+
+def paraphrase_table(questions, store: RecordStore, *, fallback_to_question: bool = True):
+    """Kept paraphrases, one row each, ids 1..K per question.
+
+    A question with no kept paraphrase is answered as written (paraphrase_id 0, score NaN) when
+    `fallback_to_question`, and a warning names it.
+    """
+    import pandas as pd
+
+    rows = []
+    for r in questions.drop_duplicates("question_id").itertuples(index=False):
+        rec = store.records.get(r.question_id)
+        kept = [c for c in (rec or {}).get("candidates", []) if c["kept"]]
+        for i, c in enumerate(kept, 1):
+            rows.append((r.question_id, r.question, i, c["text"], c["score"]))
+        if not kept and fallback_to_question:
+            log.warning("question %s: no paraphrase passed the filter; using the question itself", r.question_id)
+            rows.append((r.question_id, r.question, 0, r.question, math.nan))
+    return pd.DataFrame(rows, columns=_TABLE_COLUMNS)
+
+
+def candidates_table(store: RecordStore):
+    """Every candidate, kept or rejected, with its scores and the reason."""
+    import pandas as pd
+
+    rows = []
+    for rec in store.records.values():
+        for c in rec["candidates"]:
+            rows.append({"question_id": rec["question_id"], "question": rec["question"], "candidate": c["text"],
+                         "attempt": c["attempt"], "similarity": c["similarity"], "diversity": c["diversity"],
+                         "parascore": c["score"], "kept": c["kept"], "reason": c["reason"]})
+    cols = ["question_id", "question", "candidate", "attempt", "similarity", "diversity", "parascore", "kept", "reason"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def user_paraphrase_table(questions):
+    """User-supplied paraphrases (a `paraphrase` column) in the table format; scores NaN unless given."""
+    import pandas as pd
+
+    df = questions[questions["paraphrase"].astype(str).str.strip() != ""].copy()
+    df["paraphrase_id"] = df.groupby("question_id").cumcount() + 1
+    if "paraphrase_score" not in df.columns:
+        df["paraphrase_score"] = math.nan
+    df["paraphrase_score"] = pd.to_numeric(df["paraphrase_score"], errors="coerce")
+    return df[_TABLE_COLUMNS].reset_index(drop=True)

