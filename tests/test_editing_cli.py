@@ -7,18 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """On 2 shared cores one intra-op thread is faster than two contending ones."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, countermoral_dir, tmp_path):

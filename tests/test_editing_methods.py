@@ -14,18 +14,8 @@ from sage.editing.metrics import observe
 from sage.editing.runner import evaluate
 from sage.editing.scorer import LMScorer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """On 2 shared cores one intra-op thread is faster than two contending ones."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 # Small budgets for tests; the defaults (TUNING.md) are for real runs.
 FAST = {

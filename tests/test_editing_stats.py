@@ -7,18 +7,7 @@ from sage.editing.dataset import load_countermoral
 from sage.editing.profiles import profile_for
 from sage.errors import SageInputError
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """On 2 shared cores one intra-op thread is faster than two contending ones."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def _corpus(countermoral_dir) -> str:

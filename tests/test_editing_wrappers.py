@@ -10,18 +10,7 @@ from sage.editing.handles import state_hashes
 from sage.editing.metrics import observe
 from sage.editing.scorer import LMScorer
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """On 2 shared cores one intra-op thread is faster than two contending ones."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def test_ike_scores_through_its_wrapper_and_excludes_the_entry(bundled_lm, countermoral_dir):

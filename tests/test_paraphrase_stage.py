@@ -11,18 +11,7 @@ from sage.generation.records import RecordStore, read_questions
 from sage.paraphrase.parascore import ParaScorer
 from sage.paraphrase.stage import ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on a small shared CPU, spinning thread pools slow tiny models down several-fold."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def test_candidates_scored_filtered_deduplicated_and_resumed(tmp_path, embedder_path):
