@@ -6,7 +6,7 @@ called once per prompt. Same prompts (the answer-stage prompt on demo questions)
 prompts is the CPU reference point. Generated tokens are counted the same way for every method
 (re-tokenizing the output text). Reports the median of several runs and ratios to the baseline.
 
-    python benchmarks/bench_generation.py --prompts 16 --max-new-tokens 32 --runs 3
+    python benchmarks/bench_generation.py --prompts 32 --batch-size 32 --max-new-tokens 32 --runs 3
 """
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ def bench_backend(backend, prompts, max_new_tokens):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for torch and llama.cpp (default: torch's default, all cores for llama.cpp)")
     ap.add_argument("--no-llamacpp", action="store_true")
