@@ -147,3 +147,22 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path):
         assert len(keys) == len(set(keys)), f"duplicated records in {rec_file.name}"
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert json.loads(rerun.stdout.strip().splitlines()[-1]) == {"rows": len(df), "calls": 0}
+
+
+def test_sage_score_model_generates_then_scores(tmp_path, questions):
+    """`sage score --model` runs paraphrase -> answer -> RoT -> scoring and writes every output."""
+    from click.testing import CliRunner
+
+    from sage.cli.main import cli
+
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["score", "--model", "smollm2-135m", "--questions", str(questions),
+                                 "--paraphrases", "1", "--samples", "2", "--temperature", "0.7",
+                                 "--max-new-tokens", "12", "--metrics", "sge,bleu,rouge_l",
+                                 "--sge-edges", "rouge_l", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    responses = pd.read_csv(out / "responses.csv")
+    assert set(responses["question_id"]) == {"q1", "q2"} and responses["answer"].notna().all()
+    q = pd.read_csv(out / "questions.csv")
+    assert len(q) == 2 and q["sge_answer"].notna().all() and (q["n"] >= 2).all()
+    assert (out / "summary.json").exists() and (out / "paraphrase_candidates.csv").exists()

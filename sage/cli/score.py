@@ -31,13 +31,14 @@ def _print_summary(summary: dict) -> None:
 
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, seed, device, out):
+              min_parascore, max_new_tokens, seed, device, out):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.generation.pipeline import PipelineConfig, run_pipeline
 
     options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
-                   rot_model=rot_model, seed=seed, device=device, out_dir=str(out))
+                   rot_model=rot_model, seed=seed, device=device, out_dir=str(out),
+                   answer_max_new_tokens=max_new_tokens)
     if min_parascore is not None:
         options["min_parascore"] = min_parascore
     return run_pipeline(PipelineConfig(**options))
@@ -59,6 +60,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--paraphraser", default=None, help="Model writing paraphrases (default: the model under test).")
 @click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
+@click.option("--max-new-tokens", type=click.IntRange(1), default=128, show_default=True, help="Tokens per answer.")
 @click.option("--embedder", default=None, help="Sentence-transformers id or path (default: bundled all-MiniLM-L6-v2).")
 @click.option("--metrics", default="sge,bleu,rouge_l,bertscore,cosine", show_default=True,
               help="Comma-separated metrics: sge, bleu, rouge_l, bertscore, cosine.")
@@ -76,7 +78,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def command(responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-            rot_model, min_parascore, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
+            rot_model, min_parascore, max_new_tokens, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
             model_name, skip_invalid, out, seed, n_boot, device, no_progress):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
@@ -109,7 +111,7 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
         model = model or "smollm2-135m"
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-                       rot_model, min_parascore, seed, device, out)
+                       rot_model, min_parascore, max_new_tokens, seed, device, out)
         source = str(out / "responses.csv")
     result = score_responses(df, config, source=source, progress=not no_progress)
     result.write(out)
