@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 from sage.errors import SageInputError
@@ -47,7 +48,7 @@ def read_jsonl_records(path: str | Path, text: str) -> list[dict]:
 
 
 def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = "give a table with a header and rows"):
-    """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV/Parquet cells as strings, no NaN."""
+    """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV cells as strings, no NaN."""
     import pandas as pd
 
     path = Path(path)
@@ -58,10 +59,10 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         if not path.exists():
             raise SageInputError(f"{path}: file not found")
         try:
-            df = pd.read_parquet(path)
+            return pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for broken files
             raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
-        return df.astype(str) if as_strings else df
+        return df
     text = read_text(path, empty_hint=empty_hint)
     if suffix in (".jsonl", ".json"):
         # JSON values keep their types (nested objects stay objects) whatever `as_strings` says.
@@ -73,3 +74,21 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         raise SageInputError(f"{path}: malformed CSV ({str(exc).strip().splitlines()[0]}); check quoting on that line") from None
     except pd.errors.EmptyDataError:
         raise SageInputError(f"{path}: the file has no columns; {empty_hint}") from None
+
+
+def write_table(df, path: str | Path) -> Path:
+    """Write a DataFrame as .csv, .jsonl or .parquet (by suffix), atomically: temp file + rename."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".jsonl", ".json", ".parquet"):
+        raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    if suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    elif suffix == ".parquet":
+        df.to_parquet(tmp, index=False)
+    else:
+        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+    os.replace(tmp, path)  # never leave a half-written table behind
+    return path

@@ -78,22 +78,9 @@ def read_responses(path: str | Path) -> pd.DataFrame:
 
 def write_responses(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a responses table; the format follows the suffix. Canonical columns come first."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     ordered = [c for c in CANONICAL_COLUMNS if c in df.columns] + [c for c in df.columns if c not in CANONICAL_COLUMNS]
     df = df[ordered]
-    suffix = path.suffix.lower()
-    tmp = path.with_name(path.name + ".tmp")
-    if suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    elif suffix in (".jsonl", ".json"):
-        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-    elif suffix == ".parquet":
-        df.to_parquet(tmp, index=False)
-    else:
-        raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
-    tmp.replace(path)  # never leave a half-written table behind
-    return path
+    return files.write_table(df, path)
 
 
 @dataclass

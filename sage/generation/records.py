@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
+from sage.data import files
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -66,41 +67,11 @@ class RecordStore:
 
 # --------------------------------------------------------------------------- tables
 def read_table(path: str | Path, what: str = "file"):
-    """A .csv / .jsonl / .json / .parquet file as a DataFrame; one clear error otherwise."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.is_file():
-        raise SageInputError(f"{what} {str(path)!r} not found; pass an existing .csv, .jsonl or .parquet file")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".csv":
-            return pd.read_csv(path, dtype=str, keep_default_na=False)
-        if suffix in (".jsonl", ".json"):
-            return pd.read_json(path, lines=suffix == ".jsonl", dtype=False)
-        if suffix == ".parquet":
-            return pd.read_parquet(path)
-    except ValueError as exc:
-        raise SageInputError(f"{what} {str(path)!r} could not be parsed ({exc}); check its format") from None
-    raise SageInputError(f"{what} {str(path)!r} has an unsupported suffix {suffix!r}; use .csv, .jsonl or .parquet")
+    """A .csv / .jsonl / .parquet table (CSV cells as strings); one clear error otherwise."""
+    return files.read_table(path, as_strings=True, empty_hint=f"give a {what} with a header and rows")
 
 
-def write_table(df, path: str | Path) -> Path:
-    """Write atomically (temp file + rename) as .csv, .jsonl or .parquet by suffix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    elif suffix == ".jsonl":
-        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-    elif suffix == ".parquet":
-        df.to_parquet(tmp, index=False)
-    else:
-        raise SageInputError(f"output {str(path)!r}: unsupported suffix {suffix!r}; use .csv, .jsonl or .parquet")
-    os.replace(tmp, path)
-    return path
+write_table = files.write_table
 
 
 def demo_questions_path() -> Path:
