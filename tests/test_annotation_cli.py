@@ -2,28 +2,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_helpers import assert_clean_error, run_sage
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def sage(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "sage", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or REPO, timeout=300)
+    return run_sage(*args, cwd=cwd, timeout=300)
 
 
-def _assert_user_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    err = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(err) == 1, proc.stderr
-    for n in needles:
-        assert n in err[0]
+_assert_user_error = assert_clean_error
 
 
 def responses(n_questions=8, n_answers=4) -> pd.DataFrame:

@@ -2,29 +2,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_helpers import assert_clean_error, run_sage
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "responses_demo.csv"
-
-
-def run_sage(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "sage", *args], capture_output=True, text=True,
-                          cwd=cwd or REPO, timeout=900)
-
-
-def assert_clean_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-    assert len(lines) == 1, proc.stderr
-    for n in needles:
-        assert n in lines[0]
 
 
 def test_score_cheap_metrics_writes_outputs(tmp_path):
