@@ -121,6 +121,15 @@ class TargetScorer(ABC):
     @abstractmethod
     def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]: ...
 
+    #: False where generation through this scoring model is not implemented (studies refuse it).
+    can_generate: bool = True
+
+    def condition_prompts(self, prompts: Sequence[str]) -> list[str]:
+        """What the underlying language model sees when this scoring model answers `prompts`:
+        the prompts themselves for an edited model; a wrapper adds its edit context. Studies
+        generate free text through this, so wrappers stay in the generation path too."""
+        return list(prompts)
+
 
 class EditHandle(ABC):
     """What `Editor.apply` returns. `restore()` puts the original weights back bit for bit."""

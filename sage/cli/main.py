@@ -23,6 +23,7 @@ COMMANDS = {
     "annotate": "sage.cli.annotate",
     "correlate": "sage.cli.correlate",
     "report": "sage.cli.report",
+    "study": "sage.cli.study",
 }
 
 

@@ -59,61 +59,61 @@ def context_templates(model: Any, tokenizer: Any, n: int, length: int, seed: int
     return out
 
 
-def _subject_rows(tokenizer, contexts: Sequence[str], req: EditRequest):
-    """Texts ending at the subject's last token, one per context."""
-    return [ctx + req.subject for ctx in contexts]
+class _Stop(Exception):
+    """Raised by a capture hook once the needed activation is in hand: later layers never run."""
 
 
-def _last_token_inputs(model, tokenizer, module, texts: Sequence[str]):
-    """Input of `module` at each text's last token: [len(texts), key_dim]."""
+def _subject_rows(contexts: Sequence[str], requests: Sequence[EditRequest]) -> list[str]:
+    """Texts ending at each subject's last token: len(contexts) rows per request, request-major."""
+    return [ctx + r.subject for r in requests for ctx in contexts]
+
+
+def _last_token_activations(model, tokenizer, module, texts: Sequence[str], *, output: bool,
+                            rows_per_batch: int = 64):
+    """Input (or output) of `module` at each text's last token: [len(texts), dim].
+
+    Texts go in batches and each forward pass stops right after `module`."""
     import torch
 
-    captured = {}
+    captured: list = []
+
+    def grab(x):
+        captured.append(x.detach()[:, -1, :].float())
+        raise _Stop
 
     def pre(_m, args):
-        captured["x"] = args[0].detach()
+        grab(args[0])
 
-    enc = tokenizer(list(texts), return_tensors="pt", padding=True)  # left padding: last = -1
+    def post(_m, _args, out):
+        grab(out[0] if isinstance(out, tuple) else out)
+
     dev = next(model.parameters()).device
-    mask = enc.attention_mask.to(dev)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    with hooked(module, pre=pre), torch.no_grad():
-        model(input_ids=enc.input_ids.to(dev), attention_mask=mask, position_ids=pos)
-    return captured["x"][:, -1, :].float()
+    for s in range(0, len(texts), rows_per_batch):
+        enc = tokenizer(list(texts[s:s + rows_per_batch]), return_tensors="pt", padding=True)
+        mask = enc.attention_mask.to(dev)  # left padding: the last token is at -1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        with hooked(module, **({"post": post} if output else {"pre": pre})), torch.no_grad():
+            try:
+                model(input_ids=enc.input_ids.to(dev), attention_mask=mask, position_ids=pos)
+            except _Stop:
+                pass
+    return torch.cat(captured)
 
 
 def subject_keys(model, tokenizer, profile: ModelProfile, layer: int,
                  requests: Sequence[EditRequest], contexts: Sequence[str]):
-    """Template-averaged keys, one row per request: [N, key_dim]."""
-    import torch
-
-    module = profile.mlp_module(model, layer)
-    rows = [_last_token_inputs(model, tokenizer, module, _subject_rows(tokenizer, contexts, r)).mean(0)
-            for r in requests]
-    return torch.stack(rows)
+    """Template-averaged keys (down-projection inputs), one row per request: [N, key_dim]."""
+    acts = _last_token_activations(model, tokenizer, profile.mlp_module(model, layer),
+                                   _subject_rows(contexts, requests), output=False)
+    return acts.reshape(len(requests), len(contexts), -1).mean(1)
 
 
 def layer_outputs_at_subject(model, tokenizer, profile: ModelProfile, layer: int,
                              requests: Sequence[EditRequest], contexts: Sequence[str]):
     """Residual stream after `layer` at the subject's last token, averaged over contexts: [N, d]."""
-    import torch
-
-    captured = {}
-
-    def post(_m, _args, out):
-        captured["h"] = (out[0] if isinstance(out, tuple) else out).detach()
-
-    module = profile.layer_module(model, layer)
-    rows = []
-    for r in requests:
-        enc = tokenizer(_subject_rows(tokenizer, contexts, r), return_tensors="pt", padding=True)
-        dev = next(model.parameters()).device
-        mask = enc.attention_mask.to(dev)
-        with hooked(module, post=post), torch.no_grad():
-            model(input_ids=enc.input_ids.to(dev), attention_mask=mask,
-                  position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
-        rows.append(captured["h"][:, -1, :].float().mean(0))
-    return torch.stack(rows)
+    acts = _last_token_activations(model, tokenizer, profile.layer_module(model, layer),
+                                   _subject_rows(contexts, requests), output=True)
+    return acts.reshape(len(requests), len(contexts), -1).mean(1)
 
 
 @dataclass(frozen=True)
@@ -123,75 +123,146 @@ class DeltaSettings:
     kl_factor: float
     weight_decay: float
     clamp_norm_factor: float
+    stop_nll: float = 0.05  # a request whose target NLL falls below this is done
+    requests_per_batch: int = 16
+
+
+@dataclass
+class _DeltaState:
+    """One request's rows, its vector, optimizer and bookkeeping."""
+
+    req: EditRequest
+    prompts: list[str]
+    targets: list[str]
+    sub_len: list[int]  # tokens up to and including the subject, per row
+    delta: Any
+    opt: Any
+    v0_norm: Any = None
+    ref_kl: Any = None
+    nll: float = float("inf")
+    steps: int = 0
+    done: bool = False
 
 
 def optimize_delta(model, tokenizer, profile: ModelProfile, layer: int, req: EditRequest,
                    contexts: Sequence[str], cfg: DeltaSettings):
-    """Vector added to the layer's down-projection output at the subject's last token that makes
-    `target_new` likely after every context + prompt, with a KL penalty on "<subject> is a"."""
+    """One request's vector (see `optimize_deltas`)."""
+    return optimize_deltas(model, tokenizer, profile, layer, [req], contexts, cfg)[0]
+
+
+def optimize_deltas(model, tokenizer, profile: ModelProfile, layer: int,
+                    requests: Sequence[EditRequest], contexts: Sequence[str], cfg: DeltaSettings,
+                    progress: bool = False):
+    """Per request, a vector added to the layer's down-projection output at the subject's last
+    token that makes `target_new` likely after every context + prompt, with a KL penalty on
+    "<subject> is a" and weight decay (ROME's value objective).
+
+    Requests are optimized together in batches (`cfg.requests_per_batch`), each with its own
+    vector and Adam state, so the result for a request does not depend on its batch mates; a
+    request leaves the batch once its NLL is below `cfg.stop_nll`. Returns [N, d_model]."""
     import torch
+    from tqdm.auto import tqdm
 
-    module = profile.mlp_module(model, layer)
-    dev = next(model.parameters()).device
-    rewrite = [ctx + req.prompt for ctx in contexts]
-    kl_prompts = [f"{req.subject} is a"]
-    batch = encode_pairs(tokenizer, rewrite + kl_prompts, [req.target_new] * len(rewrite) + [""], dev)
-    # subject's last token in each padded row
-    sub_pos = []
-    for i, text in enumerate(rewrite + kl_prompts):
-        n_sub = len(tokenizer((contexts[i] if i < len(rewrite) else "") + req.subject).input_ids)
-        n_row = int(batch.attention_mask[i].sum())
-        sub_pos.append(batch.input_ids.shape[1] - n_row + n_sub - 1)
-    rows = torch.arange(len(sub_pos), device=dev)
-    cols = torch.tensor(sub_pos, device=dev)
-    kl_row = len(rewrite)
-    kl_last = batch.prompt_last[kl_row]
     d_model = profile.weight_kv(model, layer).shape[0]
-    delta = torch.zeros(d_model, device=dev, requires_grad=True)
-    state: dict[str, Any] = {}
-
-    def post(_m, _args, out):
-        if "v0" not in state:
-            state["v0"] = out[rows, cols].detach().float().clone()
-        out = out.clone()
-        out[rows, cols] = out[rows, cols] + delta.to(out.dtype)
-        return out
-
-    opt = torch.optim.Adam([delta], lr=cfg.lr)
-    params = [p for p in model.parameters()]
+    dev = next(model.parameters()).device
+    states = []
+    for req in requests:
+        prompts = [ctx + req.prompt for ctx in contexts] + [f"{req.subject} is a"]
+        sub_len = [len(tokenizer(c + req.subject).input_ids) for c in contexts]
+        sub_len.append(len(tokenizer(req.subject).input_ids))
+        delta = torch.zeros(d_model, device=dev, requires_grad=True)
+        states.append(_DeltaState(req, prompts, [req.target_new] * len(contexts) + [""], sub_len,
+                                  delta, torch.optim.Adam([delta], lr=cfg.lr)))
+    params = list(model.parameters())
     saved_rg = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(False)
-    ref_kl = None
+    bar = tqdm(total=len(states), desc="value vectors", unit="edit", disable=not progress,
+               leave=False)
     try:
-        with hooked(module, post=post):
+        for s in range(0, len(states), cfg.requests_per_batch):
+            group = states[s:s + cfg.requests_per_batch]
             for step in range(cfg.steps):
-                opt.zero_grad()
-                logits, spans, kl_logits = target_logits(model, batch, [(kl_row, kl_last)])
-                lps = target_logprobs(logits, spans, batch)[:kl_row]
-                nll = -torch.stack([lp.mean() for lp in lps]).mean()
-                kl_logp = torch.log_softmax(kl_logits[0], -1)
-                if ref_kl is None:
-                    ref_kl = kl_logp.detach()
-                kl = torch.nn.functional.kl_div(kl_logp, ref_kl, log_target=True, reduction="sum")
-                v0_norm = state["v0"].norm(dim=-1).mean()
-                wd = cfg.weight_decay * delta.norm() / v0_norm ** 2  # as in ROME
-                loss = nll + cfg.kl_factor * kl + wd
-                log.debug("step %d: nll %.3f kl %.4f wd %.3f |delta| %.2f |v0| %.2f", step, nll.item(),
-                          kl.item(), wd.item(), delta.norm().item(), v0_norm.item())
-                if nll.item() < 0.05:
+                active = [st for st in group if not st.done]
+                if not active:
                     break
-                loss.backward()
-                opt.step()
-                with torch.no_grad():
-                    max_norm = cfg.clamp_norm_factor * v0_norm
-                    if delta.norm() > max_norm:
-                        delta.mul_(max_norm / delta.norm())
-        log.debug("delta for %s: nll %.3f after %d steps", req.uid, nll.item(), step + 1)
+                _delta_step(model, tokenizer, profile.mlp_module(model, layer), active, cfg, dev)
+                for st in active:
+                    if st.done:
+                        bar.update(1)
+            bar.update(sum(not st.done for st in group))
+            for st in group:
+                st.done = True
     finally:
+        bar.close()
         for p, rg in zip(params, saved_rg):
             p.requires_grad_(rg)
-    return delta.detach()
+    for st in states:
+        log.debug("delta for %s: nll %.3f after %d steps, |delta| %.2f", st.req.uid, st.nll,
+                  st.steps, float(st.delta.detach().norm()))
+    return torch.stack([st.delta.detach() for st in states])
+
+
+def _delta_step(model, tokenizer, module, active: list[_DeltaState], cfg: DeltaSettings, dev) -> None:
+    """One forward/backward over the active requests' rows and one Adam step for each vector."""
+    import torch
+
+    prompts = [p for st in active for p in st.prompts]
+    targets = [t for st in active for t in st.targets]
+    batch = encode_pairs(tokenizer, prompts, targets, dev)
+    owner, cols, kl_rows = [], [], []
+    row = 0
+    for j, st in enumerate(active):
+        for n_sub in st.sub_len:
+            n_row = int(batch.attention_mask[row].sum())
+            cols.append(batch.input_ids.shape[1] - n_row + n_sub - 1)
+            owner.append(j)
+            row += 1
+        kl_rows.append(row - 1)
+    rows_t = torch.arange(len(owner), device=dev)
+    cols_t = torch.tensor(cols, device=dev)
+    owner_t = torch.tensor(owner, device=dev)
+    deltas = torch.stack([st.delta for st in active])
+    v0: dict[str, Any] = {}
+
+    def post(_m, _args, out):
+        v0["v"] = out[rows_t, cols_t].detach().float()
+        out = out.clone()
+        out[rows_t, cols_t] = out[rows_t, cols_t] + deltas[owner_t].to(out.dtype)
+        return out
+
+    for st in active:
+        st.opt.zero_grad()
+    with hooked(module, post=post):
+        logits, spans, kl_logits = target_logits(model, batch, [(r, batch.prompt_last[r]) for r in kl_rows])
+    lps = target_logprobs(logits, spans, batch)
+    kl_logp = torch.log_softmax(kl_logits, -1)
+    total = 0.0
+    for j, st in enumerate(active):
+        mine = [i for i, o in enumerate(owner) if o == j]
+        nll = -torch.stack([lps[i].mean() for i in mine[:-1]]).mean()
+        if st.ref_kl is None:
+            st.ref_kl = kl_logp[j].detach()
+            st.v0_norm = v0["v"][mine[:-1]].norm(dim=-1).mean()
+        kl = torch.nn.functional.kl_div(kl_logp[j], st.ref_kl, log_target=True, reduction="sum")
+        wd = cfg.weight_decay * st.delta.norm() / st.v0_norm ** 2  # as in ROME
+        st.nll = nll.item()
+        st.steps += 1
+        if st.nll < cfg.stop_nll:
+            st.done = True  # this vector is final; its loss is left out of the backward pass
+            continue
+        total = total + nll + cfg.kl_factor * kl + wd
+    if not torch.is_tensor(total):
+        return
+    total.backward()
+    with torch.no_grad():
+        for st in active:
+            if st.done:
+                continue
+            st.opt.step()
+            max_norm = cfg.clamp_norm_factor * st.v0_norm
+            if st.delta.norm() > max_norm:
+                st.delta.mul_(max_norm / st.delta.norm())
 
 
 # --------------------------------------------------------------------------- solvers

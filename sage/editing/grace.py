@@ -84,6 +84,10 @@ class GraceAdapter:
 class GraceScorer(LMScorer):
     """Scores through the adapter: activates it with each batch's prompt boundaries."""
 
+    # The codebook is keyed to teacher-forced prompt boundaries; free generation through it (which
+    # would have to carry a hit across cached decoding steps) is not implemented.
+    can_generate = False
+
     def __init__(self, model, tokenizer, adapter: GraceAdapter):
         super().__init__(model, tokenizer)
         self.adapter = adapter

@@ -35,9 +35,12 @@ class MemitHParams(HParams):
     cov_weight: float = 100.0  # lambda in (lambda C + K K^T); C is the per-token mean
     covariance: str = "corpus"
     stats_tokens: int = 0
+    v_stop_nll: float = 0.05  # a request's value optimization stops below this target NLL
+    v_batch: int = 16  # requests whose value vectors are optimized in one forward/backward pass
 
     def __post_init__(self):
         name = type(self).__name__
+        check(self.v_stop_nll >= 0 and self.v_batch >= 1, name, "v_stop_nll >= 0 and v_batch >= 1")
         check(len(self.layers) >= 1, name, "layers must name at least one layer")
         check(self.v_steps >= 1 and self.v_lr > 0, name, "v_steps >= 1 and v_lr > 0")
         check(self.kl_factor >= 0 and self.weight_decay >= 0, name, "kl_factor, weight_decay >= 0")
@@ -49,7 +52,7 @@ class MemitHParams(HParams):
 
     def delta_settings(self) -> compute.DeltaSettings:
         return compute.DeltaSettings(self.v_steps, self.v_lr, self.kl_factor, self.weight_decay,
-                                     self.clamp_norm_factor)
+                                     self.clamp_norm_factor, self.v_stop_nll, self.v_batch)
 
 
 @EDITORS.register("memit")
@@ -85,8 +88,8 @@ class MemitEditor(EditorBase):
         snapshot = WeightSnapshot(model, [f"{profile.mlp_out.format(layer)}.weight" for layer in layers])
         try:
             torch.manual_seed(hp.seed)
-            deltas = torch.stack([compute.optimize_delta(model, tok, profile, last, r, contexts,
-                                                         hp.delta_settings()) for r in requests])
+            deltas = compute.optimize_deltas(model, tok, profile, last, requests, contexts,
+                                             hp.delta_settings(), progress=len(requests) > 1)
             z = compute.layer_outputs_at_subject(model, tok, profile, last, requests, contexts) + deltas
             for i, layer in enumerate(layers):
                 K = compute.subject_keys(model, tok, profile, layer, requests, contexts).T

@@ -34,9 +34,11 @@ class RomeHParams(HParams):
     clamp_norm_factor: float = 8.0
     covariance: str = "corpus"  # "corpus" | "identity"
     stats_tokens: int = 0  # 0: 12 x key dimension
+    v_stop_nll: float = 0.05  # the value optimization stops below this target NLL
 
     def __post_init__(self):
         name = type(self).__name__
+        check(self.v_stop_nll >= 0, name, "v_stop_nll must be >= 0")
         check(self.n_context >= 0 and self.context_length >= 1, name, "n_context >= 0, context_length >= 1")
         check(self.v_steps >= 1, name, "v_steps must be >= 1")
         check(self.v_lr > 0, name, "v_lr must be > 0")
@@ -48,7 +50,7 @@ class RomeHParams(HParams):
 
     def delta_settings(self) -> compute.DeltaSettings:
         return compute.DeltaSettings(self.v_steps, self.v_lr, self.kl_factor, self.weight_decay,
-                                     self.clamp_norm_factor)
+                                     self.clamp_norm_factor, self.v_stop_nll)
 
 
 def layer_covariances(editor: EditorBase, lm: Any, layers: Sequence[int], tokens: int,

@@ -142,6 +142,9 @@ class PromptRewriteScorer(TargetScorer):
     def rewrite(self, prompts: Sequence[str]) -> list[str]:
         raise NotImplementedError
 
+    def condition_prompts(self, prompts: Sequence[str]) -> list[str]:
+        return self.rewrite(prompts)
+
     def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         self.calls += 1
         return self.base.score(self.rewrite(prompts), targets)

@@ -66,12 +66,15 @@ class SeracScorer(TargetScorer):
             out.append(self.memory[best] if probs[best] > self.threshold else None)
         return out
 
-    def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
-        self.calls += 1
+    def condition_prompts(self, prompts: Sequence[str]) -> list[str]:
+        """In-scope prompts go to the counterfactual model (the base model given the edit)."""
         routes = self.route(prompts)
         self.routed_in_scope += sum(r is not None for r in routes)
-        rewritten = [p if r is None else f"{fact_line(r)}\nPrompt: {p}" for p, r in zip(prompts, routes)]
-        return self.base.score(rewritten, targets)
+        return [p if r is None else f"{fact_line(r)}\nPrompt: {p}" for p, r in zip(prompts, routes)]
+
+    def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
+        self.calls += 1
+        return self.base.score(self.condition_prompts(prompts), targets)
 
 
 @EDITORS.register("serac")

@@ -28,6 +28,20 @@ class TransformersBackend(GenerationBackend):
         self.device = self.options.device or default_device()
         self._model_id = model
         self.lm = load_causal_lm(model, device=self.device, dtype=self.options.dtype)
+        self._init_tokens()
+
+    @classmethod
+    def from_loaded(cls, lm, model_id: str, options: BackendOptions | None = None) -> "TransformersBackend":
+        """A backend on a model already in memory (e.g. one being edited), without reloading it."""
+        self = cls.__new__(cls)
+        self.options = options or BackendOptions()
+        self.device = str(next(lm.model.parameters()).device)
+        self._model_id = model_id
+        self.lm = lm
+        self._init_tokens()
+        return self
+
+    def _init_tokens(self) -> None:
         tok = self.lm.tokenizer
         eos = self.lm.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, (list, tuple)) else [eos]

@@ -1,0 +1,1 @@
+"""Studies that combine editing and consistency scoring (before/after-edit measurements)."""
