@@ -1,7 +1,9 @@
 """Median seconds and peak memory per edit for each editing method on the bundled model.
 
 Statistics (covariance) are computed once before timing, so ROME/MEMIT/AlphaEdit times are
-"statistics cached". MEMIT/AlphaEdit are also timed on one batch of `--batch-size` edits.
+"statistics cached". MEMIT (and any `--batch-methods`) is also timed on one batch of `--batch-size` broad entries (all
+four frameworks), once per `--batch-variants` setting, with the batch's mean edit metrics so speed
+and quality are read side by side.
 
     python benchmarks/bench_editing.py --methods rome ft --repeats 3 --json /tmp/bench/editing.json
 
@@ -54,6 +56,8 @@ class PeakRSS:
 def main(argv=None) -> int:
     from sage.editing.base import EDITORS, EditContext, make_editor
     from sage.editing.dataset import default_data_dir, load_countermoral
+    from sage.editing.metrics import entry_metrics, observe
+    from sage.editing.scorer import LMScorer
     from sage.models.causal_lm import load_causal_lm
 
     ap = argparse.ArgumentParser()
@@ -63,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=120)
     ap.add_argument("--batch-methods", nargs="*", default=["memit"])
+    ap.add_argument("--batch-variants", default='{"default": {}, "no-context": {"n_context": 0}}',
+                    help="JSON {label: overrides}: each batch method is timed once per variant")
     ap.add_argument("--corpus", default=None, help="corpus file for key statistics")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -90,14 +96,23 @@ def main(argv=None) -> int:
         if name in args.batch_methods and editor.supports_batch:
             reqs = []
             for fw in ("care_ethics", "deontology", "utilitarianism", "virtue_ethics"):
-                reqs += load_countermoral(data, fw, "specific")
+                reqs += load_countermoral(data, fw, "broad")
             reqs = reqs[: args.batch_size]
-            with PeakRSS() as mem:
-                t0 = time.perf_counter()
-                handle = editor.apply(lm, reqs)
-                row[f"batch_{len(reqs)}_s"] = time.perf_counter() - t0
-            handle.restore()
-            row[f"batch_{len(reqs)}_peak_extra_mib"] = mem.delta_mib
+            base = LMScorer(lm.model, lm.tokenizer)
+            pres = [observe(base, r) for r in reqs]
+            for variant, overrides in json.loads(args.batch_variants).items():
+                batch_editor = make_editor(name, overrides, EditContext(pool=broad, corpus=args.corpus))
+                with PeakRSS() as mem:
+                    t0 = time.perf_counter()
+                    handle = batch_editor.apply(lm, reqs)
+                    seconds = time.perf_counter() - t0
+                scorer = handle.scoring_model()
+                rel = [entry_metrics(p, observe(scorer, r)) for p, r in zip(pres, reqs)]
+                handle.restore()
+                row[f"batch_{len(reqs)}_{variant}"] = {
+                    "overrides": overrides, "seconds": seconds, "peak_extra_mib": mem.delta_mib,
+                    **{m: statistics.mean(x[m] for x in rel) for m in
+                       ("reliability", "action_paraphrase", "relation_paraphrase", "neighbourhood_score")}}
         results["methods"][name] = row
         log.info("%s: %s", name, json.dumps(row))
     text = json.dumps(results, indent=2)

@@ -40,7 +40,6 @@ ID_COLUMNS = ("model", "question_id", "n")
 def human_consistency(labels, pair_meta, definition: str = "entail", aggregate: str = "mean",
                       kind: str | None = "answer"):
     """DataFrame model, question_id, n_pairs, n_labels, human (see module docstring)."""
-    import pandas as pd
 
     if definition not in DEFINITIONS:
         raise SageInputError(f"unknown definition {definition!r}; choose one of {', '.join(DEFINITIONS)}")

@@ -59,10 +59,10 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         if not path.exists():
             raise SageInputError(f"{path}: file not found")
         try:
-            return pd.read_parquet(path)
+            df = pd.read_parquet(path)
         except Exception as exc:  # pyarrow raises several types for broken files
             raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
-        return df
+        return df.fillna("").astype(str) if as_strings else df
     text = read_text(path, empty_hint=empty_hint)
     if suffix in (".jsonl", ".json"):
         # JSON values keep their types (nested objects stay objects) whatever `as_strings` says.

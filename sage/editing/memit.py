@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class MemitHParams(HParams):
     layers: tuple[int, ...] = (3, 4, 5, 6)  # see sage/editing/TUNING.md
-    n_context: int = 5
+    n_context: int = 2
     context_length: int = 10
     v_steps: int = 25
     v_lr: float = 1.0

@@ -25,7 +25,7 @@ class RomeHParams(HParams):
     # Tuned on the bundled smollm2-135m (30 layers) by a layer sweep on broad entries; see
     # sage/editing/TUNING.md. Negative values count from the last layer.
     layer: int = 4
-    n_context: int = 5
+    n_context: int = 2
     context_length: int = 10
     v_steps: int = 25
     v_lr: float = 1.0

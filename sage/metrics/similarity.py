@@ -15,7 +15,7 @@ import numpy as np
 
 from sage.api import PairwiseSimilarity
 from sage.metrics import lexical
-from sage.models.resolve import bundled_embedder_path, resolve_model_path
+from sage.models.resolve import resolve_model_path
 from sage.registry import Registry
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,70 @@
+"""CounterMoral tables for every editing method on the bundled model (paper Tables 1 and 4).
+
+Runs each method over the broad subset (30 entries per framework, one edit at a time), then the
+batch methods with all 120 entries in one edit (paper appendix D), and writes `tables.md` with the
+published GPT2-XL numbers side by side. Each method's `summary.json` records its hyperparameters,
+seed, library versions and git hash; `entries.jsonl` has one line per entry (reruns resume).
+
+    python experiments/countermoral_tables.py [--model NAME] [--methods rome,lora] [--batch-methods memit]
+        [--limit N] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ALL = ("ft", "lora", "rome", "memit", "alphaedit", "ike", "serac", "grace")
+BATCH = ("memit", "alphaedit", "serac")
+
+
+def _names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--methods", default=",".join(ALL), help="comma-separated; '' for none")
+    ap.add_argument("--batch-methods", default=",".join(BATCH), help="comma-separated; '' for none")
+    ap.add_argument("--subset", default="broad", choices=["broad", "specific"])
+    ap.add_argument("--limit", type=int, default=None, help="first N entries per framework")
+    ap.add_argument("--data", default=None, help="CounterMoral directory (default ../shared/data/countermoral)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "countermoral")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    from sage.editing.dataset import FRAMEWORKS, default_data_dir
+    from sage.editing.report import write_tables
+    from sage.editing.runner import RunConfig, run
+    from sage.errors import SageInputError
+    from sage.models.causal_lm import load_causal_lm
+    from sage.provenance import provenance
+
+    data = Path(args.data) if args.data else default_data_dir()
+    jobs = [(m, False) for m in _names(args.methods)] + [(m, True) for m in _names(args.batch_methods)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        lm = load_causal_lm(args.model)
+        for method, batch in jobs:
+            cfg = RunConfig(method=method, frameworks=FRAMEWORKS, subset=args.subset, model=args.model,
+                            out=args.out, data=str(data), limit=args.limit, batch=batch, seed=args.seed)
+            s = run(cfg, lm=lm)
+            logging.info("%s%s: %d entries, reliability %.3f", method, " (batch)" if batch else "",
+                         s["n_entries"], s["overall"]["reliability"]["mean"])
+    except SageInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    (args.out / "run.json").write_text(json.dumps(
+        {"argv": sys.argv[1:], "model": args.model, "subset": args.subset, "limit": args.limit,
+         "provenance": provenance(args.seed)}, indent=2) + "\n")
+    print(write_tables(args.out, data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
