@@ -226,3 +226,18 @@ def test_cli_answers_via_openai_backend(proxy, tmp_path):
     assert len(df) == 4 and df["answer"].notna().all()
     served = proxy.requests
     assert CliRunner().invoke(cli, args).exit_code == 0 and proxy.requests == served  # resumed: no calls
+
+
+def test_finished_requests_of_a_failed_batch_are_cached(proxy, tmp_path):
+    from sage.generation.cache import CachedBackend, GenerationCache
+
+    proxy.faults = ["500"]  # the first request fails for good (no retries); the second succeeds
+    cached = CachedBackend(_backend([proxy.url], max_retries=0, concurrency=1),
+                           GenerationCache(tmp_path / "cache.sqlite"))
+    reqs = [_chat("Is it fair to cut in line?", n=3), _chat("Should you keep a promise?", n=3)]
+    with pytest.raises(BackendError, match="HTTP 500"):
+        cached.generate(reqs)
+    assert proxy.requests == 2
+    outs = cached.generate(reqs)  # only the failed request goes to the server again
+    assert proxy.requests == 3 and all(o.text.strip() for o in outs)
+    assert [o.cached for o in outs] == [False, True]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sage.editing.base import EditContext, make_editor
-from sage.editing.dataset import EditRequest, load_countermoral
+from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.editing.metrics import aggregate, entry_metrics, observe
 from sage.editing.scorer import LMScorer
 
@@ -110,7 +110,11 @@ def run(cfg: RunConfig, lm=None) -> dict:
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
             continue
-        pool = load_countermoral(cfg.data, fw, cfg.subset)  # retrieval/training pool
+        # Retrieval/training pool (editors never use the entries under test from it): the
+        # framework's subset; in batch mode every framework's, since the batch is the whole
+        # framework subset and SERAC's scope classifier needs entries outside it.
+        pool = (load_countermoral(cfg.data, fw, cfg.subset) if not cfg.batch else
+                [r for f in FRAMEWORKS for r in load_countermoral(cfg.data, f, cfg.subset)])
         editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
                              EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
         if cfg.batch and not editor.supports_batch:

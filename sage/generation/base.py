@@ -31,6 +31,15 @@ class BackendError(SageInputError):
     """A backend that cannot run (missing optional dependency, unreachable server after retries)."""
 
 
+class PartialBatchError(BackendError):
+    """Some requests of a batch failed; `done` maps request index -> Generation for the rest,
+    so a caller (the generation cache) can keep the finished work before re-raising."""
+
+    def __init__(self, message: str, done: dict):
+        super().__init__(message)
+        self.done = done
+
+
 @dataclass(frozen=True)
 class BackendOptions:
     """Runtime options; each backend reads the ones it uses."""

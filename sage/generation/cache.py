@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.generation.base import PartialBatchError
 from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,13 @@ class CachedBackend(GenerationBackend):
                 todo[key] = req
         if todo:
             log.debug("%s: %d cached, %d to generate", self.model_id, len(requests) - len(todo), len(todo))
-            outs = self.inner.generate(list(todo.values()))
+            try:
+                outs = self.inner.generate(list(todo.values()))
+            except PartialBatchError as exc:  # store what finished, so a rerun does not redo it
+                items = list(todo.items())
+                self.cache.put_many([(items[i][0], self.model_id, items[i][1], g) for i, g in exc.done.items()])
+                self.calls += len(exc.done)
+                raise
             self.calls += len(todo)
             self.cache.put_many(
                 [(k, self.model_id, r, g) for (k, r), g in zip(todo.items(), outs)]

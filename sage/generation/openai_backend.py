@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
-from sage.generation.base import BACKENDS, BackendError, BackendOptions, request_seed
+from sage.generation.base import BACKENDS, BackendError, BackendOptions, PartialBatchError, request_seed
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,15 @@ class OpenAIBackend(GenerationBackend):
         workers = max(1, min(self.options.concurrency, len(requests)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(self._with_retries, i, r) for i, r in enumerate(requests)]
-            return [f.result() for f in futures]
+            done, first_error = {}, None
+            for i, f in enumerate(futures):
+                try:
+                    done[i] = f.result()
+                except BackendError as exc:
+                    first_error = first_error or exc
+        if first_error is not None:  # keep the finished requests (the cache stores them)
+            raise PartialBatchError(str(first_error), done)
+        return [done[i] for i in range(len(requests))]
 
     def _with_retries(self, index: int, req: GenerationRequest) -> Generation:
         attempts = self.options.max_retries + 1
