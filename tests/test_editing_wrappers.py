@@ -68,3 +68,23 @@ def test_grace_adapter_acts_only_through_its_scorer(bundled_lm, countermoral_dir
     finally:
         handle.restore()
     assert state_hashes(bundled_lm.model) == before
+
+
+def test_serac_batch_of_a_whole_framework_trains_on_the_others(bundled_lm, countermoral_dir):
+    """A batch holding every entry of a framework leaves SERAC nothing to train on in that
+    framework; the batch pool adds the other frameworks, never the entries under test."""
+    from sage.editing.runner import editing_pool
+
+    batch = load_countermoral(countermoral_dir, "deontology", "broad")
+    pool = editing_pool(countermoral_dir, "deontology", "broad", batch=True)
+    assert len(pool) == 120 and {r.framework for r in pool} == {
+        "care_ethics", "deontology", "utilitarianism", "virtue_ethics"}
+    editor = make_editor("serac", {}, EditContext(pool=pool))
+    handle = editor.apply(bundled_lm, batch)
+    scorer = handle.scoring_model()
+    assert len(scorer.memory) == 30
+    routes = scorer.route([batch[3].relation_paraphrases[0], batch[3].neighbourhood[0]])
+    assert routes[0] is not None and routes[0].uid == batch[3].uid
+    handle.restore()
+    single = editing_pool(countermoral_dir, "deontology", "broad", batch=False)
+    assert {r.framework for r in single} == {"deontology"}

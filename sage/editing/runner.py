@@ -74,6 +74,15 @@ def git_hash() -> str:
         return "unknown"
 
 
+def editing_pool(data, framework: str, subset: str, batch: bool) -> list[EditRequest]:
+    """Retrieval/training pool for IKE and SERAC (they never use the entries under test from it):
+    the framework's subset; in batch mode every framework's, since a batch can be the whole
+    framework subset and SERAC's scope classifier needs entries outside it."""
+    if not batch:
+        return load_countermoral(data, framework, subset)
+    return [r for f in FRAMEWORKS for r in load_countermoral(data, f, subset)]
+
+
 def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool) -> list[dict]:
     """Edit and score `requests`; one row per request. In batch mode one edit holds them all."""
     base = LMScorer(lm.model, lm.tokenizer)
@@ -110,11 +119,7 @@ def run(cfg: RunConfig, lm=None) -> dict:
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
             continue
-        # Retrieval/training pool (editors never use the entries under test from it): the
-        # framework's subset; in batch mode every framework's, since the batch is the whole
-        # framework subset and SERAC's scope classifier needs entries outside it.
-        pool = (load_countermoral(cfg.data, fw, cfg.subset) if not cfg.batch else
-                [r for f in FRAMEWORKS for r in load_countermoral(cfg.data, f, cfg.subset)])
+        pool = editing_pool(cfg.data, fw, cfg.subset, cfg.batch)
         editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
                              EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
         if cfg.batch and not editor.supports_batch:

@@ -163,6 +163,7 @@ class _Study:
     def run_method(self, method: str, open_qs) -> RecordStore:
         from sage.editing.base import EditContext, make_editor
         from sage.editing.metrics import entry_metrics, observe
+        from sage.editing.runner import editing_pool
         from sage.editing.scorer import LMScorer
         from tqdm.auto import tqdm
 
@@ -177,8 +178,8 @@ class _Study:
         editors: dict[str, Any] = {}
         for group in tqdm(groups, desc=f"{method} edits", unit="edit", leave=False):
             fw = group[0].framework
-            if fw not in editors:  # retrieval / training pool of the entry's framework
-                pool = load_countermoral(cfg.data, fw, cfg.subset)
+            if fw not in editors:  # one editor per retrieval / training pool
+                pool = editing_pool(cfg.data, fw, cfg.subset, mode == "batch")
                 editors[fw] = make_editor(name, {"seed": cfg.seed, **cfg.overrides.get(name, {})},
                                           EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
             editor = editors[fw]
