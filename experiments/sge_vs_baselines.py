@@ -16,7 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO.parent / "shared" / "data" / "sage-quality100" / "q100_gpt_3.5_rot.csv"
