@@ -83,8 +83,11 @@ def editing_pool(data, framework: str, subset: str, batch: bool) -> list[EditReq
     return [r for f in FRAMEWORKS for r in load_countermoral(data, f, subset)]
 
 
-def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool) -> list[dict]:
-    """Edit and score `requests`; one row per request. In batch mode one edit holds them all."""
+def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None) -> list[dict]:
+    """Edit and score `requests`; one row per request. In batch mode one edit holds them all.
+
+    `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
+    generate through it); each value lands in its request's row under "during"."""
     base = LMScorer(lm.model, lm.tokenizer)
     groups = [list(requests)] if batch else [[r] for r in requests]
     rows = []
@@ -96,11 +99,13 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool) -> list[d
         try:
             scorer = handle.scoring_model()
             posts = [observe(scorer, r) for r in group]
+            extra = during(scorer, group) if during is not None else None
         finally:
             handle.restore()
         for r, pre, post in zip(group, pres, posts):
             rows.append({"uid": r.uid, "framework": r.framework, "edit_seconds": seconds,
-                         "batch_size": len(group), **entry_metrics(pre, post)})
+                         "batch_size": len(group), **entry_metrics(pre, post),
+                         **({"during": extra[r.uid]} if extra is not None else {})})
     return rows
 
 

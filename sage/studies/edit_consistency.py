@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -147,6 +146,12 @@ class _Study:
             rec["rots"] = probes.rules_of_thumb(self.base, self.fmt, rec["questions"], rec["answers"],
                                                 self.cfg.rot_tokens, self.cfg.seed)
 
+    def _generate_edited(self, method: str, scorer, group, open_qs):
+        if not scorer.can_generate:
+            raise SageInputError(f"method {method!r}: generation through its scoring wrapper "
+                                 "is not implemented; leave it out of the study")
+        return self.collect(self.live, scorer, group, open_qs)
+
     def run_pre(self, open_qs) -> RecordStore:
         from sage.editing.scorer import LMScorer
         from tqdm.auto import tqdm
@@ -162,9 +167,7 @@ class _Study:
 
     def run_method(self, method: str, open_qs) -> RecordStore:
         from sage.editing.base import EditContext, make_editor
-        from sage.editing.metrics import entry_metrics, observe
-        from sage.editing.runner import editing_pool
-        from sage.editing.scorer import LMScorer
+        from sage.editing.runner import editing_pool, evaluate
         from tqdm.auto import tqdm
 
         name, _, mode = method.partition(":")
@@ -173,7 +176,6 @@ class _Study:
         todo = [r for r in self.entries if r.uid not in store]
         if not todo:
             return store
-        base_scorer = LMScorer(self.lm.model, self.lm.tokenizer)
         groups = [todo] if mode == "batch" else [[r] for r in todo]
         editors: dict[str, Any] = {}
         for group in tqdm(groups, desc=f"{method} edits", unit="edit", leave=False):
@@ -185,24 +187,14 @@ class _Study:
             editor = editors[fw]
             if mode == "batch" and not editor.supports_batch:
                 raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
-            pres = [observe(base_scorer, r) for r in group]
-            t0 = time.perf_counter()
-            handle = editor.apply(self.lm, group)
-            seconds = time.perf_counter() - t0
-            try:
-                scorer = handle.scoring_model()
-                if not scorer.can_generate:
-                    raise SageInputError(f"method {name!r}: generation through its scoring wrapper "
-                                         "is not implemented; leave it out of the study")
-                posts = [observe(scorer, r) for r in group]
-                texts = self.collect(self.live, scorer, group, open_qs)
-            finally:
-                handle.restore()
-            self.add_rots(texts)
-            store.append([{"key": r.uid, "uid": r.uid, "framework": r.framework, "method": method,
-                           "edit_seconds": seconds, "batch_size": len(group),
-                           "edit": entry_metrics(pre, post), **texts[r.uid]}
-                          for r, pre, post in zip(group, pres, posts)])
+            rows = evaluate(editor, self.lm, group, batch=True,
+                            during=lambda scorer, grp: self._generate_edited(name, scorer, grp, open_qs))
+            texts = {row["uid"]: row.pop("during") for row in rows}
+            self.add_rots(texts)  # after restore: RoTs come from the unedited model
+            keep = ("uid", "framework", "edit_seconds", "batch_size")
+            store.append([{"key": row["uid"], "method": method, **{k: row[k] for k in keep},
+                           "edit": {k: v for k, v in row.items() if k not in keep}, **texts[row["uid"]]}
+                          for row in rows])
         return store
 
 
