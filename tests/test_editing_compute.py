@@ -1,5 +1,6 @@
 """The shared locate-then-edit numerics on the bundled model: batched value optimization equals
-one-at-a-time optimization, and truncated batched activation capture equals a full forward pass."""
+one-at-a-time optimization, the prefix-cached suffix rows it runs equal a full forward pass, and
+truncated batched activation capture equals a full forward pass."""
 from __future__ import annotations
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 from sage.editing import compute
 from sage.editing.dataset import load_countermoral
 from sage.editing.profiles import profile_for
+from editing_helpers import assert_suffix_rows_match_full_forward
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -58,3 +60,22 @@ def test_truncated_keys_equal_full_forward(bundled_lm, reqs):
         ref_h.append(torch.stack(hs).mean(0))
     torch.testing.assert_close(keys, torch.stack(ref_k), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(outs, torch.stack(ref_h), rtol=1e-4, atol=1e-4)
+
+
+def test_value_rows_on_a_cached_prefix_equal_full_rows(bundled_lm, reqs):
+    model, tok = bundled_lm.model, bundled_lm.tokenizer
+    contexts = compute.context_templates(model, tok, 2, 10, 0)
+    # requests whose prefixes were computed in separate passes (different padded widths)
+    assert_suffix_rows_match_full_forward(model, tok, profile_for(model), 4, [reqs[:1], reqs[1:]], contexts)
+
+
+def test_value_rows_without_any_prefix(bundled_lm, reqs):
+    """No context and a one-token subject: that request has no prefix at all, next to one that has."""
+    import dataclasses
+
+    model, tok = bundled_lm.model, bundled_lm.tokenizer
+    word = next(w for w in ("Lying", "Stealing", "Helping", "Honesty")
+                if len(tok(w).input_ids) == 1)
+    one_token = dataclasses.replace(reqs[0], subject=word)
+    assert_suffix_rows_match_full_forward(model, tok, profile_for(model), 4, [[one_token], [reqs[1]]], [""])
+    assert_suffix_rows_match_full_forward(model, tok, profile_for(model), 4, [[one_token]], [""])

@@ -13,6 +13,7 @@ from sage.editing.base import make_editor
 from sage.editing.handles import state_hashes
 from sage.editing.profiles import PROFILES, profile_for
 from sage.models.causal_lm import LoadedModel
+from editing_helpers import assert_suffix_rows_match_full_forward
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -73,3 +74,12 @@ def test_profile_edits_the_right_module_and_restores(arch, tokenizer, req):
             assert torch.linalg.matrix_rank(dw.double(), rtol=1e-6) == 1
         handle.restore()
         assert state_hashes(model) == before
+
+
+@pytest.mark.parametrize("arch", sorted(PROFILES))
+def test_value_rows_on_a_cached_prefix_match_full_rows(arch, tokenizer, req):
+    """The prefix cache the value optimization reuses works with each architecture's attention
+    (rotary, learned positions, ALiBi-free Falcon, GPT-J's partial rotary)."""
+    model = _tiny(arch, len(tokenizer))
+    assert_suffix_rows_match_full_forward(model, tokenizer, profile_for(model), 1, [req[:1], req[1:]],
+                                          ["", "A longer context prefix. "])

@@ -52,16 +52,17 @@ def encode_pairs(tokenizer: Any, prompts: Sequence[str], targets: Sequence[str],
                      [t for _, t in tgts], prompt_last, target_pos)
 
 
-def target_logits(model: Any, batch: PairBatch, extra: Sequence[tuple[int, int]] = ()):
+def target_logits(model: Any, batch: PairBatch, extra: Sequence[tuple[int, int]] = (), **cache):
     """Logits only where they are needed: before each target token, plus `extra` (row, pos).
 
     Runs the base model and applies the output embedding to the gathered hidden states, which
-    avoids a [B, T, vocab] tensor. Returns (flat logits [n, vocab], spans per row, extra logits).
-    """
+    avoids a [B, T, vocab] tensor. `cache`: an attention cache of earlier tokens (the batch's mask
+    then covers cache + batch tokens). Returns (flat logits [n, vocab], spans per row, extra
+    logits)."""
     import torch
 
     hidden = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                              position_ids=batch.position_ids).last_hidden_state
+                              position_ids=batch.position_ids, **cache).last_hidden_state
     rows, cols, spans = [], [], []
     for i, pos in enumerate(batch.target_pos):
         spans.append((len(rows), len(rows) + len(pos)))
@@ -73,20 +74,22 @@ def target_logits(model: Any, batch: PairBatch, extra: Sequence[tuple[int, int]]
     picked = hidden[torch.tensor(rows, device=dev, dtype=torch.long),
                     torch.tensor(cols, device=dev, dtype=torch.long)]
     logits = model.get_output_embeddings()(picked).float()
-    n = len(rows) - len(extra)
-    return logits[:n], spans, logits[n:]
+    # split, not two slices: each slice's backward would fill a zero tensor of the full logits
+    targets, extra_logits = logits.split([len(rows) - len(extra), len(extra)])
+    return targets, spans, extra_logits
 
 
 def target_logprobs(logits: Any, spans: list[tuple[int, int]], batch: PairBatch) -> list[Any]:
-    """Per row: log-probabilities of the target tokens (a 1-D tensor, differentiable)."""
+    """Per row: log-probabilities of the target tokens (a 1-D tensor, differentiable).
+
+    All rows at once through the fused cross-entropy: indexing row by row would make the
+    backward pass fill a [n, vocab] zero tensor per row."""
     import torch
 
-    logp = torch.log_softmax(logits, dim=-1)
-    out = []
-    for (a, b), tid in zip(spans, batch.target_ids):
-        idx = torch.arange(a, b, device=logits.device)
-        out.append(logp[idx, torch.tensor(tid, device=logits.device, dtype=torch.long)])
-    return out
+    flat = [t for tid in batch.target_ids for t in tid]
+    ids = torch.tensor(flat, device=logits.device, dtype=torch.long)
+    picked = -torch.nn.functional.cross_entropy(logits, ids, reduction="none")
+    return [picked[a:b] for a, b in spans]
 
 
 def target_nll(model: Any, tokenizer: Any, prompts: Sequence[str], targets: Sequence[str]):
