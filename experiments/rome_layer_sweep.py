@@ -3,7 +3,9 @@ layer for a model is chosen; see sage/editing/TUNING.md).
 
 For each layer, ROME edits the first `--limit` broad entries of every framework one at a time and
 the table reports mean reliability, action/relation-paraphrase generalization, neighbourhood score
-and median seconds per edit. Writes table.md and summary.json (config, versions, git hash).
+and median seconds per edit, then each layer's paired difference from the default layer (same
+entries; mean with a 95% bootstrap CI). Writes table.md and summary.json (config, per-entry
+metrics, versions, git hash).
 
     python experiments/rome_layer_sweep.py [--model NAME] [--layers 2,4,6,8,12,16] [--limit 3]
 """
@@ -36,8 +38,10 @@ def main(argv=None) -> int:
     from sage.editing.base import EditContext, make_editor
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
     from sage.editing.metrics import aggregate, entry_metrics, observe
+    from sage.editing.rome import RomeHParams
     from sage.editing.scorer import LMScorer
     from sage.errors import SageInputError
+    from sage.metrics.stats import bootstrap_mean_ci
     from sage.models.causal_lm import load_causal_lm
     from sage.provenance import provenance
 
@@ -64,7 +68,8 @@ def main(argv=None) -> int:
             metrics.append(entry_metrics(pre, observe(handle.scoring_model(), r)))
             handle.restore()
         agg = aggregate(metrics, COLS)
-        rows.append({"layer": layer, "median_s": statistics.median(secs), **agg})
+        rows.append({"layer": layer, "median_s": statistics.median(secs), **agg,
+                     "entries": [{"uid": r.uid, **{c: m[c] for c in COLS}} for r, m in zip(reqs, metrics)]})
         logging.info("layer %d: reliability %.3f, action %.3f, neighbourhood %.4f", layer,
                      agg["reliability"]["mean"], agg["action_paraphrase"]["mean"],
                      agg["neighbourhood_score"]["mean"])
@@ -76,6 +81,18 @@ def main(argv=None) -> int:
     for row in rows:
         cells = [f"{row[c]['mean']:.3f} ± {row[c]['std']:.3f}" for c in COLS]
         lines.append(f"| {row['layer']} | " + " | ".join(cells) + f" | {row['median_s']:.2f} |")
+    base_layer = RomeHParams().layer if RomeHParams().layer in layers else layers[0]
+    ref = next(row for row in rows if row["layer"] == base_layer)
+    if len(rows) > 1:
+        lines += ["", f"Paired difference from layer {base_layer} (the same entries; mean [95% bootstrap CI]):",
+                  "", "| Layer | " + " | ".join(COLS) + " |", "|---:|" + "---:|" * len(COLS)]
+    for row in rows:
+        if row is ref:
+            continue
+        diffs = {c: bootstrap_mean_ci([a[c] - b[c] for a, b in zip(row["entries"], ref["entries"])],
+                                      seed=args.seed) for c in COLS}
+        row["paired_difference"] = {"from_layer": base_layer, **{c: d.as_dict() for c, d in diffs.items()}}
+        lines.append(f"| {row['layer']} | " + " | ".join(diffs[c].fmt() for c in COLS) + " |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     (args.out / "summary.json").write_text(json.dumps(

@@ -40,7 +40,10 @@ def test_truncated_keys_equal_full_forward(bundled_lm, reqs):
     profile = profile_for(model)
     contexts = ["", "Indeed. "]
     keys = compute.subject_keys(model, tok, profile, 3, reqs, contexts)
-    outs = compute.layer_outputs_at_subject(model, tok, profile, 3, reqs, contexts)
+    # two taps from the same (truncated) passes, as MEMIT takes them
+    keys_too, outs = compute.subject_activations(
+        model, tok, reqs, contexts, [(profile.mlp_module(model, 3), False), (profile.layer_module(model, 3), True)])
+    torch.testing.assert_close(keys_too, keys)
     ref_k, ref_h = [], []
     for r in reqs:
         ks, hs = [], []

@@ -1,8 +1,9 @@
 """Numerics shared by the locate-then-edit methods (ROME, MEMIT, AlphaEdit), written once.
 
 - `context_templates`: model-generated prefixes the key is averaged over;
-- `subject_keys`: input of the MLP down-projection at the subject's last token, averaged over the
-  context prefixes (the template-averaged key that R-ROME uses in the update);
+- `subject_activations` / `subject_keys`: inputs or outputs of modules at the subject's last
+  token, averaged over the context prefixes (the template-averaged key that R-ROME uses in the
+  update), several taps per forward pass, each pass stopped after the last tap;
 - `optimize_deltas`: the value-side optimization (target NLL + KL on "<subject> is a" + weight
   decay, norm clamp) of a vector added to the down-projection output at the subject's last token,
   many requests per forward/backward pass, each step running only the tokens from the subject's
@@ -70,52 +71,57 @@ def _subject_rows(contexts: Sequence[str], requests: Sequence[EditRequest]) -> l
     return [ctx + r.subject for r in requests for ctx in contexts]
 
 
-def _last_token_activations(model, tokenizer, module, texts: Sequence[str], *, output: bool,
-                            rows_per_batch: int = 64):
-    """Input (or output) of `module` at each text's last token: [len(texts), dim].
-
-    Texts go in batches and each forward pass stops right after `module`."""
+def _last_token_activations(model, tokenizer, taps: Sequence[tuple[Any, bool]],
+                            texts: Sequence[str], rows_per_batch: int = 64) -> list:
+    """For each tap (module, output?): the module's input (or output) at each text's last token,
+    [len(texts), dim]. Texts go in batches; each forward pass stops once every tap has fired."""
     import torch
 
-    captured: list = []
+    captured: list[list] = [[] for _ in taps]
+    fired = [0]
 
-    def grab(x):
-        captured.append(x.detach()[:, -1, :].float())
-        raise _Stop
+    def grab(i, x):
+        captured[i].append(x.detach()[:, -1, :].float())
+        fired[0] += 1
+        if fired[0] == len(taps):
+            raise _Stop
 
-    def pre(_m, args):
-        grab(args[0])
+    def pre(i):
+        return lambda _m, args: grab(i, args[0])
 
-    def post(_m, _args, out):
-        grab(out[0] if isinstance(out, tuple) else out)
+    def post(i):
+        return lambda _m, _args, out: grab(i, out[0] if isinstance(out, tuple) else out)
 
     dev = next(model.parameters()).device
-    for s in range(0, len(texts), rows_per_batch):
-        enc = tokenizer(list(texts[s:s + rows_per_batch]), return_tensors="pt", padding=True)
-        mask = enc.attention_mask.to(dev)  # left padding: the last token is at -1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        with hooked(module, **({"post": post} if output else {"pre": pre})), torch.no_grad():
-            try:
-                model(input_ids=enc.input_ids.to(dev), attention_mask=mask, position_ids=pos)
-            except _Stop:
-                pass
-    return torch.cat(captured)
+    with contextlib.ExitStack() as stack:
+        for i, (module, output) in enumerate(taps):
+            stack.enter_context(hooked(module, **({"post": post(i)} if output else {"pre": pre(i)})))
+        for s in range(0, len(texts), rows_per_batch):
+            enc = tokenizer(list(texts[s:s + rows_per_batch]), return_tensors="pt", padding=True)
+            mask = enc.attention_mask.to(dev)  # left padding: the last token is at -1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            fired[0] = 0
+            with torch.no_grad():
+                try:
+                    model(input_ids=enc.input_ids.to(dev), attention_mask=mask, position_ids=pos)
+                except _Stop:
+                    pass
+    return [torch.cat(c) for c in captured]
+
+
+def subject_activations(model, tokenizer, requests: Sequence[EditRequest], contexts: Sequence[str],
+                        taps: Sequence[tuple[Any, bool]]) -> list:
+    """Per tap (module, output?), its input (or output) at the subject's last token averaged over
+    the contexts, one row per request: [N, dim]. All taps come from the same forward passes."""
+    acts = _last_token_activations(model, tokenizer, taps, _subject_rows(contexts, requests))
+    return [a.reshape(len(requests), len(contexts), -1).mean(1) for a in acts]
 
 
 def subject_keys(model, tokenizer, profile: ModelProfile, layer: int,
                  requests: Sequence[EditRequest], contexts: Sequence[str]):
     """Template-averaged keys (down-projection inputs), one row per request: [N, key_dim]."""
-    acts = _last_token_activations(model, tokenizer, profile.mlp_module(model, layer),
-                                   _subject_rows(contexts, requests), output=False)
-    return acts.reshape(len(requests), len(contexts), -1).mean(1)
-
-
-def layer_outputs_at_subject(model, tokenizer, profile: ModelProfile, layer: int,
-                             requests: Sequence[EditRequest], contexts: Sequence[str]):
-    """Residual stream after `layer` at the subject's last token, averaged over contexts: [N, d]."""
-    acts = _last_token_activations(model, tokenizer, profile.layer_module(model, layer),
-                                   _subject_rows(contexts, requests), output=True)
-    return acts.reshape(len(requests), len(contexts), -1).mean(1)
+    return subject_activations(model, tokenizer, requests, contexts,
+                               [(profile.mlp_module(model, layer), False)])[0]
 
 
 @dataclass(frozen=True)

@@ -90,10 +90,15 @@ class MemitEditor(EditorBase):
             torch.manual_seed(hp.seed)
             deltas = compute.optimize_deltas(model, tok, profile, last, requests, contexts,
                                              hp.delta_settings(), progress=len(requests) > 1)
-            z = compute.layer_outputs_at_subject(model, tok, profile, last, requests, contexts) + deltas
+            z = None
             for i, layer in enumerate(layers):
-                K = compute.subject_keys(model, tok, profile, layer, requests, contexts).T
-                cur = compute.layer_outputs_at_subject(model, tok, profile, last, requests, contexts)
+                # this layer's keys and the last layer's output, from the same forward passes
+                K, cur = compute.subject_activations(
+                    model, tok, requests, contexts,
+                    [(profile.mlp_module(model, layer), False), (profile.layer_module(model, last), True)])
+                K = K.T
+                if z is None:  # the target residual, from the unedited model
+                    z = cur + deltas
                 R = (z - cur).T / (len(layers) - i)
                 dW = self.solve(K.double(), R.double(), covs[layer], layer)
                 module = profile.mlp_module(model, layer)
