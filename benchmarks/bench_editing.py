@@ -1,9 +1,10 @@
 """Median seconds and peak memory per edit for each editing method on the bundled model.
 
 Statistics (covariance) are computed once before timing, so ROME/MEMIT/AlphaEdit times are
-"statistics cached". MEMIT (and any `--batch-methods`) is also timed on one batch of `--batch-size` broad entries (all
-four frameworks), `--batch-repeats` times per `--batch-variants` setting (median seconds), with the
-batch's mean edit metrics so speed and quality are read side by side.
+"statistics cached". MEMIT and AlphaEdit (`--batch-methods`) are also timed on one batch of
+`--batch-size` broad entries (all four frameworks), `--batch-repeats` times per `--batch-variants`
+setting (median seconds), with the batch's mean edit metrics so speed and quality are read side by
+side.
 
     python benchmarks/bench_editing.py --methods rome ft --repeats 3 --json /tmp/bench/editing.json
 
