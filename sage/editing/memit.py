@@ -1,6 +1,6 @@
 """MEMIT: many edits at once, the residual change spread over several MLP layers (Meng et al., 2023).
 
-For each request a vector is optimized (shared `compute.optimize_delta`) at the last edited layer;
+For each request a vector is optimized (shared `compute.optimize_deltas`, many per pass) at the last edited layer;
 the target residual z_i = current residual + delta_i. Then, layer by layer, the remaining residual
 gap is divided by the number of layers left and written into that layer's down-projection with the
 covariance-regularized least-squares solver. AlphaEdit (alphaedit.py) reuses this loop with the
@@ -90,14 +90,13 @@ class MemitEditor(EditorBase):
             torch.manual_seed(hp.seed)
             deltas = compute.optimize_deltas(model, tok, profile, last, requests, contexts,
                                              hp.delta_settings(), progress=len(requests) > 1)
-            z = None
             for i, layer in enumerate(layers):
                 # this layer's keys and the last layer's output, from the same forward passes
                 K, cur = compute.subject_activations(
                     model, tok, requests, contexts,
                     [(profile.mlp_module(model, layer), False), (profile.layer_module(model, last), True)])
                 K = K.T
-                if z is None:  # the target residual, from the unedited model
+                if i == 0:  # the target residual, from the unedited model
                     z = cur + deltas
                 R = (z - cur).T / (len(layers) - i)
                 dW = self.solve(K.double(), R.double(), covs[layer], layer)
