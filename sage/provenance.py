@@ -46,3 +46,42 @@ def provenance(seed: int | None = None) -> dict:
         "seed": seed,
         "versions": package_versions(),
     }
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def check_resume_settings(run_dir: Path, settings: dict, legacy: Path | None = None) -> None:
+    """Results a resumable run appends to `run_dir` depend on `settings`: record them there
+    (`settings.json`) on the first run, and refuse a rerun whose settings differ, so results made
+    under different settings are never mixed. `legacy`: a JSON file of older runs that holds the
+    same keys (read when `settings.json` is absent)."""
+    import json
+
+    from sage.errors import SageInputError
+
+    path = Path(run_dir) / "settings.json"
+    current = json.loads(json.dumps(settings, default=str))  # tuples -> lists, as stored
+    source = path if path.exists() else legacy if legacy is not None and legacy.exists() else None
+    if source is not None:
+        try:
+            stored = json.loads(source.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SageInputError(f"{source}: unreadable ({exc}); use a new --out directory") from exc
+        stored = {k: stored.get(k) for k in current}
+        was, now = _flat(stored), _flat(current)
+        changed = [f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in sorted(was.keys() | now.keys())
+                   if was.get(k) != now.get(k)]
+        if changed:
+            raise SageInputError(
+                f"{run_dir}: holds results made with other settings ({'; '.join(changed)}); "
+                "use a new --out directory, or delete that directory to start over")
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2) + "\n")

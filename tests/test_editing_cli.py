@@ -40,6 +40,12 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     assert again.exit_code == 0, again.output
     assert (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines() == lines
 
+    hp.write_text(json.dumps({"steps": 6, "lr": 2e-2, "norm_constraint": 2e-2}))
+    changed = CliRunner().invoke(cli, args)  # other settings into the same directory: refused
+    assert changed.exit_code == 2 and "hparams.steps 5 -> 6" in changed.output
+    assert (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines() == lines
+    hp.write_text(json.dumps({"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}))
+
     batch = CliRunner().invoke(cli, args + ["--batch"])
     assert batch.exit_code == 0, batch.output
     brows = [json.loads(x) for x in (out / "ft" / "broad-batch" / "entries.jsonl").read_text().splitlines()]

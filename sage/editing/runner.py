@@ -1,15 +1,15 @@
 """Run an editing method over CounterMoral entries: score before, edit, score through the handle's
 scoring model (the edited model or the wrapper), restore, append one JSON line per entry.
 
-Layout: `<out>/<method>/<subset>[-batch]/entries.jsonl` (rerun skips finished entries) and
-`summary.json` next to it (config, seed, library versions, git hash, mean ± std per framework and
+Layout: `<out>/<method>/<subset>[-batch]/entries.jsonl` (rerun skips finished entries),
+`settings.json` (what the entries depend on: a rerun with other settings is refused rather than
+mixed in) and `summary.json` (settings, library versions, git hash, mean ± std per framework and
 overall).
 """
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +19,7 @@ from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.editing.metrics import aggregate, entry_metrics, observe
 from sage.editing.scorer import LMScorer
+from sage.provenance import check_resume_settings, git_revision, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -56,24 +57,6 @@ def _done(path: Path) -> dict[str, dict]:
     return rows
 
 
-def versions() -> dict[str, str]:
-    out = {}
-    for mod in ("torch", "transformers", "peft", "sentence_transformers", "numpy", "sage"):
-        try:
-            out[mod] = __import__(mod).__version__
-        except Exception:
-            out[mod] = "absent"
-    return out
-
-
-def git_hash() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def editing_pool(data, framework: str, subset: str, batch: bool) -> list[EditRequest]:
     """Retrieval/training pool for IKE and SERAC (they never use the entries under test from it):
     the framework's subset; in batch mode every framework's, since a batch can be the whole
@@ -109,17 +92,24 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
     return rows
 
 
+def run_settings(cfg: RunConfig) -> dict:
+    """What a run's per-entry results depend on (a rerun with other settings is refused)."""
+    hparams = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides}).hparams.to_dict()
+    return {"method": cfg.method, "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model,
+            "seed": cfg.seed, "hparams": hparams, "corpus": cfg.corpus or "self-generated"}
+
+
 def run(cfg: RunConfig, lm=None) -> dict:
     """Run one method over the configured frameworks; returns the summary dict."""
     from sage.models.causal_lm import load_causal_lm
 
     data = {fw: load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) for fw in cfg.frameworks}
-    lm = lm or load_causal_lm(cfg.model, device=cfg.device)
     out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    settings = run_settings(cfg)
+    check_resume_settings(out, settings, legacy=out / "summary.json")
+    lm = lm or load_causal_lm(cfg.model, device=cfg.device)
     lines = out / "entries.jsonl"
     done = _done(lines)
-    editor = None
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
@@ -141,12 +131,8 @@ def run(cfg: RunConfig, lm=None) -> dict:
                 done[row["uid"]] = row
     wanted = {r.uid for reqs in data.values() for r in reqs}
     rows = [row for uid, row in done.items() if uid in wanted]
-    if editor is None:
-        editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides})
     summary = {
-        "method": cfg.method, "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model,
-        "seed": cfg.seed, "hparams": editor.hparams.to_dict(), "limit": cfg.limit,
-        "corpus": cfg.corpus or "self-generated", "versions": versions(), "git": git_hash(),
+        **settings, "limit": cfg.limit, "versions": package_versions(), "git": git_revision(),
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
         "overall": aggregate(rows), "n_entries": len(rows),
     }
