@@ -58,16 +58,17 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def check_resume_settings(run_dir: Path, settings: dict, legacy: Path | None = None) -> None:
+def check_resume_settings(run_dir: Path, settings: dict, legacy: Path | None = None,
+                          name: str = "settings.json") -> None:
     """Results a resumable run appends to `run_dir` depend on `settings`: record them there
-    (`settings.json`) on the first run, and refuse a rerun whose settings differ, so results made
-    under different settings are never mixed. `legacy`: a JSON file of older runs that holds the
-    same keys (read when `settings.json` is absent)."""
+    (`name`) on the first run, and refuse a rerun whose settings differ, so results made under
+    different settings are never mixed. `legacy`: a JSON file of older runs that holds the same
+    keys (read when `name` is absent)."""
     import json
 
     from sage.errors import SageInputError
 
-    path = Path(run_dir) / "settings.json"
+    path = Path(run_dir) / name
     current = json.loads(json.dumps(settings, default=str))  # tuples -> lists, as stored
     source = path if path.exists() else legacy if legacy is not None and legacy.exists() else None
     if source is not None:

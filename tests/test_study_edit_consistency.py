@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from sage.editing.handles import state_hashes
+from sage.errors import SageInputError
 from sage.studies.edit_consistency import METRICS, PROBES, StudyConfig, run_study
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -106,6 +107,12 @@ def test_resume_redoes_only_missing_entries(study, bundled_lm, countermoral_dir)
     recs = _lines(path)
     assert [r["uid"] for r in recs].count(json.loads(first)["uid"]) == 1 and len(recs) == 2
     assert (out / "records" / "pre.jsonl").read_text() == pre_before  # nothing redone there
+    # other ROME settings into the same directory: refused, not mixed with the stored texts
+    changed = _config(countermoral_dir, out)
+    changed.overrides["rome"] = {**changed.overrides["rome"], "v_steps": 13}
+    with pytest.raises(SageInputError, match="hparams.v_steps 12 -> 13"):
+        run_study(changed, lm=bundled_lm)
+    assert _lines(path) == recs
 
 
 def test_cli_bad_hparams_is_one_line(tmp_path):

@@ -6,7 +6,8 @@ are computed per entry, probe and state, and the change (post - pre) is reported
 paired bootstrap CI over entries, next to n-gram-entropy fluency and the CounterMoral edit metrics.
 
 Layout under `out/`: `config.json`; `records/pre.jsonl` and `records/<state>.jsonl` (one line per
-entry as it finishes; a rerun skips finished entries); `open_questions/` (paraphrase records);
+entry as it finishes; a rerun skips finished entries, and refuses to mix in texts made with other
+settings: `records/<state>.settings.json`); `open_questions/` (paraphrase records);
 `scores.csv` (long: state, uid, probe, metric, value), `changes.csv`, `summary.json`, `summary.md`.
 A method named `memit:batch` applies all chosen entries in one edit (methods that batch).
 """
@@ -24,6 +25,7 @@ import pandas as pd
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.errors import SageInputError
 from sage.generation.records import RecordStore
+from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,12 @@ class _Study:
         return {uid: g["paraphrase"].tolist() for uid, g in table.groupby("question_id", sort=False)}
 
     # ------------------------------------------------------------------ one model state
+    def text_settings(self) -> dict:
+        """What every state's stored texts depend on (a rerun with other values is refused)."""
+        keys = ("model", "subset", "seed", "k", "min_parascore", "question_template", "paraphrase_tokens",
+                "paraphrase_attempts", "completion_tokens", "answer_tokens", "rot_tokens")
+        return {k: getattr(self.cfg, k) for k in keys}
+
     def collect(self, backend, scorer, reqs: Sequence[EditRequest], open_qs: dict[str, list[str]]):
         """Completions and open-question answers of the current model state, per entry."""
         cfg = self.cfg
@@ -156,6 +164,7 @@ class _Study:
         from sage.editing.scorer import LMScorer
         from tqdm.auto import tqdm
 
+        check_resume_settings(self.out / "records", self.text_settings(), name="pre.settings.json")
         store = RecordStore(self.out / "records" / "pre.jsonl")
         scorer = LMScorer(self.lm.model, self.lm.tokenizer)
         for r in tqdm([r for r in self.entries if r.uid not in store], desc="before edit",
@@ -172,6 +181,10 @@ class _Study:
 
         name, _, mode = method.partition(":")
         cfg = self.cfg
+        overrides = {"seed": cfg.seed, **cfg.overrides.get(name, {})}
+        settings = {**self.text_settings(), "method": method, "corpus": cfg.corpus or "self-generated",
+                    "hparams": make_editor(name, overrides).hparams.to_dict()}
+        check_resume_settings(self.out / "records", settings, name=f"{state_name(method)}.settings.json")
         store = RecordStore(self.out / "records" / f"{state_name(method)}.jsonl")
         todo = [r for r in self.entries if r.uid not in store]
         if not todo:
@@ -182,7 +195,7 @@ class _Study:
             fw = group[0].framework
             if fw not in editors:  # one editor per retrieval / training pool
                 pool = editing_pool(cfg.data, fw, cfg.subset, mode == "batch")
-                editors[fw] = make_editor(name, {"seed": cfg.seed, **cfg.overrides.get(name, {})},
+                editors[fw] = make_editor(name, overrides,
                                           EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
             editor = editors[fw]
             if mode == "batch" and not editor.supports_batch:
@@ -280,7 +293,6 @@ def _markdown(changes: pd.DataFrame, edit: dict, cfg: StudyConfig, n_entries: in
 
 def run_study(cfg: StudyConfig, lm=None) -> dict:
     from sage.editing.metrics import aggregate
-    from sage.provenance import provenance
 
     study = _Study(cfg, lm)
     out = study.out
