@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -263,12 +264,17 @@ def _new_cache():
 def _cache_kwargs(model, cache) -> dict:
     """The attention-cache argument of the model's forward (`cache` in newer transformers,
     `past_key_values` before)."""
-    import inspect
-
     if cache is None:
         return {}
-    params = inspect.signature(model.base_model.forward).parameters
-    return {"cache": cache} if "cache" in params else {"past_key_values": cache}
+    return {_cache_arg_name(type(model.base_model)): cache}
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_arg_name(base_model_cls) -> str:
+    import inspect
+
+    params = inspect.signature(base_model_cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def optimize_delta(model, tokenizer, profile: ModelProfile, layer: int, req: EditRequest,

@@ -92,11 +92,16 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
     return rows
 
 
+def method_settings(method: str, seed: int, overrides: dict[str, Any], corpus: str | None) -> dict:
+    """An editing method's part of what results depend on: its resolved hyperparameters."""
+    hparams = make_editor(method, {"seed": seed, **overrides}).hparams.to_dict()
+    return {"method": method, "seed": seed, "hparams": hparams, "corpus": corpus or "self-generated"}
+
+
 def run_settings(cfg: RunConfig) -> dict:
     """What a run's per-entry results depend on (a rerun with other settings is refused)."""
-    hparams = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides}).hparams.to_dict()
-    return {"method": cfg.method, "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model,
-            "seed": cfg.seed, "hparams": hparams, "corpus": cfg.corpus or "self-generated"}
+    return {**method_settings(cfg.method, cfg.seed, cfg.overrides, cfg.corpus),
+            "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model}
 
 
 def run(cfg: RunConfig, lm=None) -> dict:

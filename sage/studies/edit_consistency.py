@@ -176,14 +176,14 @@ class _Study:
 
     def run_method(self, method: str, open_qs) -> RecordStore:
         from sage.editing.base import EditContext, make_editor
-        from sage.editing.runner import editing_pool, evaluate
+        from sage.editing.runner import editing_pool, evaluate, method_settings
         from tqdm.auto import tqdm
 
         name, _, mode = method.partition(":")
         cfg = self.cfg
         overrides = {"seed": cfg.seed, **cfg.overrides.get(name, {})}
-        settings = {**self.text_settings(), "method": method, "corpus": cfg.corpus or "self-generated",
-                    "hparams": make_editor(name, overrides).hparams.to_dict()}
+        settings = {**self.text_settings(), **method_settings(name, cfg.seed, overrides, cfg.corpus),
+                    "method": method}
         check_resume_settings(self.out / "records", settings, name=f"{state_name(method)}.settings.json")
         store = RecordStore(self.out / "records" / f"{state_name(method)}.jsonl")
         todo = [r for r in self.entries if r.uid not in store]
