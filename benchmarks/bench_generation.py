@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _prompts(n: int):
-    from sage.generation.records import read_questions
+    from sage.data.questions import read_questions
     from sage.generation.stages import answer_messages
 
     qs = read_questions()["question"].tolist()

@@ -37,8 +37,8 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from sage.errors import SageInputError
-    from sage.generation.pipeline import PipelineConfig, generate_answers
-    from sage.generation.records import read_questions
+    from sage.pipeline import PipelineConfig, generate_answers
+    from sage.data.questions import read_questions
     from sage.provenance import provenance
     from sage.scoring import score_responses
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["score_responses", "read_responses", "write_responses", "sge_from_distances", "__version__"]
+__all__ = ["score_responses", "read_responses", "write_responses", "sge_from_distances", "run_pipeline",
+           "PipelineConfig", "__version__"]
 
 
 def __getattr__(name: str):
@@ -19,6 +20,10 @@ def __getattr__(name: str):
         from sage.data import responses
 
         return getattr(responses, name)
+    if name in ("run_pipeline", "PipelineConfig"):
+        from sage import pipeline
+
+        return getattr(pipeline, name)
     if name == "sge_from_distances":
         from sage.metrics.sge import sge_from_distances
 

@@ -49,7 +49,7 @@ def _check_table(df: pd.DataFrame, samples: int) -> None:
 
 
 def test_run_pipeline_end_to_end_then_rerun_makes_no_calls(tmp_path, questions):
-    from sage.generation.pipeline import run_pipeline
+    from sage.pipeline import run_pipeline
 
     kw = dict(TINY, questions=str(questions), out_dir=str(tmp_path / "out"), cache_path=str(tmp_path / "c.sqlite"))
     df = run_pipeline(**kw)
@@ -66,7 +66,7 @@ def test_run_pipeline_end_to_end_then_rerun_makes_no_calls(tmp_path, questions):
 
 
 def test_user_paraphrases_and_separate_rot_model(tmp_path):
-    from sage.generation.pipeline import run_pipeline
+    from sage.pipeline import run_pipeline
 
     q = tmp_path / "q.jsonl"
     q.write_text("\n".join(json.dumps(r) for r in [
@@ -102,7 +102,7 @@ def test_sage_generate_stages_chain(tmp_path, questions):
 
 _RUNNER = textwrap.dedent("""
     import json, sys
-    from sage.generation.pipeline import run_pipeline
+    from sage.pipeline import run_pipeline
     df = run_pipeline(**json.loads(sys.argv[1]))
     print(json.dumps({"rows": len(df), "calls": df.attrs["model_calls"]}))
 """)

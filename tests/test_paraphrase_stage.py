@@ -7,7 +7,8 @@ import pytest
 
 from sage.generation.base import BackendOptions, make_backend
 from sage.generation.models import resolve_model
-from sage.generation.records import RecordStore, read_questions
+from sage.data.questions import read_questions
+from sage.data.records import RecordStore
 from sage.paraphrase.parascore import ParaScorer
 from sage.paraphrase.stage import ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage
 

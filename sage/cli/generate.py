@@ -38,7 +38,7 @@ def _common(f):
 
 
 def _config(common: dict, **fields):
-    from sage.generation.pipeline import PipelineConfig
+    from sage.pipeline import PipelineConfig
 
     keys = ("base_urls", "seed", "batch_size", "device", "concurrency", "max_retries", "timeout",
             "tensor_parallel_size", "cache_path", "out_dir")
@@ -48,7 +48,7 @@ def _config(common: dict, **fields):
 def _write(df, common: dict, default_name: str) -> None:
     from pathlib import Path
 
-    from sage.generation.records import write_table
+    from sage.data.files import write_table
 
     path = write_table(df, Path(common["out_dir"]) / (common["output"] or default_name))
     click.echo(f"wrote {len(df)} rows to {path}")
@@ -79,8 +79,8 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, temperature, *
     """Paraphrase questions, keeping candidates above the ParaScore threshold."""
     from pathlib import Path
 
-    from sage.generation.pipeline import generate_paraphrases
-    from sage.generation.records import write_table
+    from sage.pipeline import generate_paraphrases
+    from sage.data.files import write_table
 
     cfg = _config(common, questions=questions, paraphraser=model, paraphraser_backend=common["backend"],
                   model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
@@ -105,8 +105,8 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, temperature, *
 @_common
 def answers_cmd(paraphrases_file, questions, model, samples, temperature, **common):
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
-    from sage.generation.pipeline import generate_answers, load_table
-    from sage.generation.records import read_questions
+    from sage.pipeline import generate_answers, load_table
+    from sage.data.questions import read_questions
 
     if paraphrases_file:
         table = load_table(paraphrases_file, "paraphrase table")
@@ -125,7 +125,7 @@ def answers_cmd(paraphrases_file, questions, model, samples, temperature, **comm
 @_common
 def rots_cmd(answers_file, model, **common):
     """Write a Rule of Thumb for every answer."""
-    from sage.generation.pipeline import generate_rots, load_table
+    from sage.pipeline import generate_rots, load_table
 
     table = load_table(answers_file, "answers table")
     cfg = _config(common, rot_model=model, rot_backend=common["backend"],

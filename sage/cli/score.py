@@ -33,7 +33,7 @@ def _print_summary(summary: dict) -> None:
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
               min_parascore, max_new_tokens, seed, device, out):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
-    from sage.generation.pipeline import PipelineConfig, run_pipeline
+    from sage.pipeline import PipelineConfig, run_pipeline
 
     options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,

@@ -17,7 +17,7 @@ from sage.api import GenerationBackend, SamplingParams
 from sage.errors import SageInputError
 from sage.generation.base import build_requests
 from sage.generation.models import PromptFormat
-from sage.generation.records import RecordStore
+from sage.data.records import RecordStore
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
 
 log = logging.getLogger(__name__)

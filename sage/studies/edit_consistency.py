@@ -24,7 +24,7 @@ import pandas as pd
 
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.errors import SageInputError
-from sage.generation.records import RecordStore
+from sage.data.records import RecordStore
 from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
 

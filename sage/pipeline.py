@@ -19,7 +19,9 @@ from sage.api import SamplingParams
 from sage.errors import SageInputError
 from sage.generation.base import BackendOptions, make_backend
 from sage.generation.models import resolve_model
-from sage.generation.records import RecordStore, read_questions, read_table, write_table
+from sage.data.files import write_table
+from sage.data.questions import read_questions, read_string_table
+from sage.data.records import RecordStore
 from sage.generation.stages import answer_items, clean_answer, clean_rot, rot_items, run_items
 
 log = logging.getLogger(__name__)
@@ -248,7 +250,7 @@ def _expand_samples(paraphrases, samples: int):
 
 
 def load_table(path: str | Path, what: str):
-    df = read_table(path, what)
+    df = read_string_table(path, what)
     for col in ("paraphrase_id", "sample"):
         if col in df.columns:
             df[col] = df[col].astype(int)

@@ -1,0 +1,47 @@
+"""Question files for generation: the user's CSV/JSONL/Parquet, or the built-in demo set."""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from sage.data import files
+from sage.errors import SageInputError
+
+
+def read_string_table(path: str | Path, what: str = "file"):
+    """A .csv / .jsonl / .parquet table (CSV cells as strings); one clear error otherwise."""
+    return files.read_table(path, as_strings=True, empty_hint=f"give a {what} with a header and rows")
+
+
+def demo_questions_path() -> Path:
+    return Path(str(resources.files("sage").joinpath("resources/demo_questions.csv")))
+
+
+def read_questions(path: str | Path | None = None):
+    """Questions as a DataFrame with string `question_id`, `question` and, if the file has
+    them, user-supplied paraphrases in `paraphrase` (one row per paraphrase).
+
+    No path: the built-in demo set of moral questions.
+    """
+    path = Path(path) if path is not None else demo_questions_path()
+    df = read_string_table(path, "questions file")
+    if "question" not in df.columns:
+        raise SageInputError(
+            f"questions file {str(path)!r} has no 'question' column (columns: {', '.join(map(str, df.columns))}); "
+            "add a header row with 'question_id,question'"
+        )
+    df = df.copy()
+    if "question_id" not in df.columns:
+        df.insert(0, "question_id", [f"q{i + 1:04d}" for i in range(len(df))])
+    df["question_id"] = df["question_id"].astype(str)
+    df["question"] = df["question"].astype(str).str.strip()
+    empty = df.index[df["question"] == ""].tolist()
+    if empty:
+        raise SageInputError(f"questions file {str(path)!r}: row {empty[0] + 2} has an empty question; fill it or delete the row")
+    clash = df.groupby("question_id")["question"].nunique()
+    if (clash > 1).any():
+        qid = clash.index[clash > 1][0]
+        raise SageInputError(f"questions file {str(path)!r}: question_id {qid!r} is used for different questions; make ids unique")
+    if "paraphrase" not in df.columns:
+        df = df.drop_duplicates("question_id")
+    return df.reset_index(drop=True)
