@@ -18,8 +18,11 @@ log = logging.getLogger(__name__)
 
 
 class RecordStore:
-    def __init__(self, path: str | Path):
+    """Records keyed by their `key_field` (default "key"); `records` maps key -> record."""
+
+    def __init__(self, path: str | Path, key_field: str = "key"):
         self.path = Path(path)
+        self.key_field = key_field
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.records: dict[str, dict] = {}
         self._load()
@@ -34,15 +37,30 @@ class RecordStore:
             with open(self.path, "r+b") as fh:
                 fh.truncate(end)
             data = data[:end]
-        for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
+        lines = [line for line in data.split(b"\n") if line.strip()]
+        for n, line in enumerate(lines, 1):
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("%s:%d: skipping an unreadable record", self.path, n)
+                rec = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                rec = None
+            if not isinstance(rec, dict) or self.key_field not in rec:
+                log.warning("%s: record %d is unreadable; it will be redone", self.path, n)
                 continue
-            self.records[rec["key"]] = rec
+            self.records.pop(rec[self.key_field], None)  # a later record replaces an earlier one
+            self.records[rec[self.key_field]] = rec
+        if len(self.records) < len(lines):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the file with one readable record per key (atomically), so a file that an
+        older writer left with a corrupt or repeated line is clean again; no record is lost."""
+        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        with open(tmp, "wb") as fh:
+            for rec in self.records.values():
+                fh.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
 
     def __contains__(self, key: str) -> bool:
         return key in self.records
@@ -56,7 +74,7 @@ class RecordStore:
             for rec in records:
                 line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
                 os.write(fd, line)  # one write per record: whole line or nothing visible
-                self.records[rec["key"]] = rec
+                self.records[rec[self.key_field]] = rec
             os.fsync(fd)
         finally:
             os.close(fd)

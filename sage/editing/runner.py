@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from sage.data.records import RecordStore
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.editing.metrics import aggregate, entry_metrics, observe
@@ -42,19 +43,6 @@ class RunConfig:
 
 def run_dir(cfg: RunConfig) -> Path:
     return Path(cfg.out) / cfg.method / (cfg.subset + ("-batch" if cfg.batch else ""))
-
-
-def _done(path: Path) -> dict[str, dict]:
-    rows = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a crash is redone
-                rows[row["uid"]] = row
-    return rows
 
 
 def editing_pool(data, framework: str, subset: str, batch: bool) -> list[EditRequest]:
@@ -113,8 +101,9 @@ def run(cfg: RunConfig, lm=None) -> dict:
     settings = run_settings(cfg)
     check_resume_settings(out, settings, legacy=out / "summary.json")
     lm = lm or load_causal_lm(cfg.model, device=cfg.device)
-    lines = out / "entries.jsonl"
-    done = _done(lines)
+    # One record per entry, keyed by its uid, through the shared torn-tail-safe store.
+    store = RecordStore(out / "entries.jsonl", key_field="uid")
+    done = store.records
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
@@ -130,10 +119,7 @@ def run(cfg: RunConfig, lm=None) -> dict:
         from tqdm.auto import tqdm
 
         for group in tqdm(step, desc=f"{cfg.method} {fw}", leave=False):
-            for row in evaluate(editor, lm, group, batch=cfg.batch):
-                with lines.open("a") as fh:
-                    fh.write(json.dumps(row) + "\n")
-                done[row["uid"]] = row
+            store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch))
     wanted = {r.uid for reqs in data.values() for r in reqs}
     rows = [row for uid, row in done.items() if uid in wanted]
     summary = {
