@@ -1,10 +1,18 @@
 """The one caching wrapper every model call goes through.
 
-`CachedBackend` wraps any `GenerationBackend`. Each request gets a content-addressed key:
-sha256 of (model id, prompt or messages, sampling parameters, sample index). Hits are served
-from SQLite; misses go to the wrapped backend in one batch and are stored as soon as the batch
-returns, so a killed run loses at most the batch in flight and a rerun makes no model calls
-for work already done.
+`CachedBackend` wraps any `GenerationBackend`. Each request gets a content-addressed key: sha256
+of (key schema version, the backend's identity, prompt or messages, sampling parameters, sample
+index). The identity (`GenerationBackend.identity()`) holds everything besides the request that
+decides the output: the backend name, the model name, and for backends that load weights a
+fingerprint of the weight, config and tokenizer files (`sage.models.identity`), the dtype, the
+device type and the chat template. So the same alias under two backends, or a local model
+directory whose weights changed, never share entries. An OpenAI-compatible endpoint is identified
+by backend and model name only, not by its URL: several servers may serve one model.
+
+Hits are served from SQLite; misses go to the wrapped backend in one batch and are stored as soon
+as the batch returns, so a killed run loses at most the batch in flight and a rerun makes no
+model calls for work already done. Rows written under an older key scheme live in another table
+(and their keys hash another schema version), so they are never served.
 """
 from __future__ import annotations
 
@@ -24,10 +32,12 @@ from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS generations (
+KEY_SCHEMA = 2  # bump whenever what goes into a key changes; older rows are then never served
+_TABLE = f"generations_v{KEY_SCHEMA}"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
     key TEXT PRIMARY KEY,
-    model TEXT NOT NULL,
+    identity TEXT NOT NULL,
     request TEXT NOT NULL,
     text TEXT NOT NULL,
     token_logprobs TEXT,
@@ -37,14 +47,17 @@ CREATE TABLE IF NOT EXISTS generations (
 """
 
 
-def request_key(model_id: str, request: GenerationRequest) -> str:
-    """Content address of one model call: model id, prompt/messages, parameters, sample index."""
+def request_key(identity: dict, request: GenerationRequest) -> str:
+    """Content address of one model call: key schema, backend identity, prompt/messages,
+    sampling parameters, sample index."""
     payload = {
-        "model": model_id,
+        "schema": KEY_SCHEMA,
+        "identity": identity,
         "prompt": request.prompt,
         "messages": [list(m) for m in request.messages] if request.messages is not None else None,
         "params": dataclasses.asdict(request.params),
         "sample": request.sample,
+        "inputs": [list(i) for i in request.inputs],
     }
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=list)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -74,7 +87,7 @@ class GenerationCache:
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
                 rows = self._conn.execute(
-                    f"SELECT key, text, token_logprobs, finish_reason FROM generations WHERE key IN ({marks})",
+                    f"SELECT key, text, token_logprobs, finish_reason FROM {_TABLE} WHERE key IN ({marks})",
                     chunk,
                 ).fetchall()
                 for key, text, lps, finish in rows:
@@ -86,28 +99,28 @@ class GenerationCache:
                     )
         return found
 
-    def put_many(self, items: Sequence[tuple[str, str, GenerationRequest, Generation]]) -> None:
+    def put_many(self, items: Sequence[tuple[str, dict, GenerationRequest, Generation]]) -> None:
         rows = [
             (
                 key,
-                model,
+                json.dumps(identity, sort_keys=True),
                 json.dumps(dataclasses.asdict(req), default=list, ensure_ascii=False),
                 gen.text,
                 json.dumps(gen.token_logprobs) if gen.token_logprobs is not None else None,
                 gen.finish_reason,
                 time.time(),
             )
-            for key, model, req, gen in items
+            for key, identity, req, gen in items
         ]
         with self._lock:
             self._conn.executemany(
-                "INSERT OR REPLACE INTO generations VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+                f"INSERT OR REPLACE INTO {_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)", rows
             )
             self._conn.commit()
 
     def __len__(self) -> int:
         with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+            return self._conn.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0]
 
     def close(self) -> None:
         with self._lock:
@@ -121,14 +134,18 @@ class CachedBackend(GenerationBackend):
         self.inner = inner
         self.cache = cache if cache is not None else GenerationCache()
         self.name = inner.name
+        self._identity = inner.identity()  # once: fingerprinting reads the weight files' ends
         self.calls = 0
 
     @property
     def model_id(self) -> str:
         return self.inner.model_id
 
+    def identity(self) -> dict:
+        return self._identity
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        keys = [request_key(self.model_id, r) for r in requests]
+        keys = [request_key(self._identity, r) for r in requests]
         hits = self.cache.get_many(list(dict.fromkeys(keys)))
         todo: dict[str, GenerationRequest] = {}
         for key, req in zip(keys, requests):
@@ -140,12 +157,12 @@ class CachedBackend(GenerationBackend):
                 outs = self.inner.generate(list(todo.values()))
             except PartialBatchError as exc:  # store what finished, so a rerun does not redo it
                 items = list(todo.items())
-                self.cache.put_many([(items[i][0], self.model_id, items[i][1], g) for i, g in exc.done.items()])
+                self.cache.put_many([(items[i][0], self._identity, items[i][1], g) for i, g in exc.done.items()])
                 self.calls += len(exc.done)
                 raise
             self.calls += len(todo)
             self.cache.put_many(
-                [(k, self.model_id, r, g) for (k, r), g in zip(todo.items(), outs)]
+                [(k, self._identity, r, g) for (k, r), g in zip(todo.items(), outs)]
             )
             for key, gen in zip(todo, outs):
                 hits[key] = dataclasses.replace(gen, cached=False)

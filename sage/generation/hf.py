@@ -52,6 +52,15 @@ class TransformersBackend(GenerationBackend):
     def model_id(self) -> str:
         return self._model_id
 
+    def identity(self) -> dict:
+        from sage.models.identity import fingerprint, text_digest
+
+        return {"backend": self.name, "model": self._model_id,
+                "weights": fingerprint(self.lm.source or self.lm.path),
+                "dtype": str(next(self.lm.model.parameters()).dtype).replace("torch.", ""),
+                "device": self.device.split(":")[0],
+                "chat_template": text_digest(getattr(self.lm.tokenizer, "chat_template", None))}
+
     # ------------------------------------------------------------------ prompts
     def _token_ids(self, req: GenerationRequest) -> list[int]:
         tok = self.lm.tokenizer

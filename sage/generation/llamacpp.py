@@ -57,6 +57,12 @@ class LlamaCppBackend(GenerationBackend):
     def model_id(self) -> str:
         return self._model_id
 
+    def identity(self) -> dict:
+        from sage.models.identity import fingerprint
+
+        # The chat template is GGUF metadata, so the file's fingerprint covers it.
+        return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.path)}
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return [self._one(r) for r in requests]
 

@@ -31,12 +31,18 @@ class VLLMBackend(GenerationBackend):
         self._model_id = model
         self._vllm = vllm
         path = model_dir(model)  # local only: never a hub download; GGUF is dequantized once
+        self.path = path
         self.llm = vllm.LLM(model=str(path), tensor_parallel_size=self.options.tensor_parallel_size,
                             dtype="auto", seed=0)
 
     @property
     def model_id(self) -> str:
         return self._model_id
+
+    def identity(self) -> dict:
+        from sage.models.identity import fingerprint
+
+        return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.path), "dtype": "auto"}
 
     def _params(self, req: GenerationRequest):
         p = req.params

@@ -17,7 +17,7 @@ from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
 _LOCK = threading.Lock()
-_LOADED: dict[tuple[str, str, str], "LoadedModel"] = {}
+_LOADED: dict[tuple[str, str, str, str], "LoadedModel"] = {}
 
 
 @dataclass
@@ -26,6 +26,7 @@ class LoadedModel:
     path: Path  # the directory transformers loads from
     model: object
     tokenizer: object
+    source: Path | None = None  # what the name resolved to (a .gguf file, a directory)
 
 
 def _file_fingerprint(path: Path) -> str:
@@ -61,10 +62,11 @@ def dequantized_dir(gguf: Path) -> Path:
 
 def model_dir(name: str) -> Path:
     """Local directory for `name` (alias, HF id in cache, local dir or .gguf file)."""
-    path = resolve_model_path(name, what="generator model")
-    if path.is_file() and path.suffix == ".gguf":
-        return dequantized_dir(path)
-    return path
+    return _loadable(resolve_model_path(name, what="generator model"))
+
+
+def _loadable(path: Path) -> Path:
+    return dequantized_dir(path) if path.is_file() and path.suffix == ".gguf" else path
 
 
 def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
@@ -72,17 +74,21 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32") ->
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    key = (name, device, dtype)
+    from sage.models.identity import fingerprint
+
+    source = resolve_model_path(name, what="generator model")
+    # The fingerprint is part of the key: weights rewritten under the same path are loaded anew.
+    key = (name, device, dtype, fingerprint(source))
     with _LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        path = model_dir(name)
+        path = _loadable(source)
         tok = AutoTokenizer.from_pretrained(str(path))
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
         model.to(device).eval()
-        loaded = LoadedModel(name=name, path=path, model=model, tokenizer=tok)
+        loaded = LoadedModel(name=name, path=path, model=model, tokenizer=tok, source=source)
         _LOADED[key] = loaded
         return loaded
