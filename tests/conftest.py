@@ -69,6 +69,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI (CI=true) a skip is a failure unless the test needs a GPU (marker `gpu`): a missing
+    Chromium, Label Studio, llama.cpp server, bundled model or ../shared must not pass as green."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (_in_ci() and report.skipped) or "gpu" in item.keywords or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if "vllm" in reason.lower():
+        return
+    report.outcome = "failed"
+    report.longrepr = f"skipped in CI, which counts as a failure (only GPU/vLLM tests may skip): {reason}"
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One intra-op torch thread for modules running the small bundled LM.

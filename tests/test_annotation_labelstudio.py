@@ -75,17 +75,14 @@ def label_studio(tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=data_dir)
     api = API(f"http://127.0.0.1:{port}")
     try:
-        deadline = time.monotonic() + 400
-        while True:
+        while True:  # until it answers or exits; pytest-timeout guards against a hang
             if proc.poll() is not None:
                 pytest.fail(f"Label Studio exited with {proc.returncode}; see {data_dir / 'server.log'}")
             try:
                 api.call("GET", "/api/current-user/whoami")
                 break
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"Label Studio did not answer on port {port} within 400 s; see {data_dir / 'server.log'}")
-                time.sleep(2)
+                time.sleep(2)  # polling a starting server
         yield api
     finally:
         proc.terminate()

@@ -15,7 +15,7 @@ from sage.editing.profiles import PROFILES, profile_for
 from sage.models.causal_lm import LoadedModel
 from editing_helpers import assert_suffix_rows_match_full_forward
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # loads the bundled model
 
 
 def _tiny(arch: str, vocab: int):

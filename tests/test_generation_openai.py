@@ -46,16 +46,14 @@ def llama_server(tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
-    while True:
+    while True:  # until it answers or exits; pytest-timeout guards against a hang
         try:
             urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
             break
         except Exception:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"llama.cpp server did not start (see {log.name})")
-            time.sleep(0.5)
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp server exited with {proc.returncode} (see {log.name})")
+            time.sleep(0.5)  # polling a starting server
     yield url
     proc.terminate()
     try:
@@ -66,16 +64,26 @@ def llama_server(tmp_path_factory):
 
 
 class FaultProxy:
-    """Forwards HTTP requests to `upstream`, first playing the queued faults one per request."""
+    """Forwards HTTP requests to `upstream`, first playing the queued faults one per request.
 
-    def __init__(self, upstream: str):
+    Faults: "429"/"500" (an error response), "drop" (the connection is closed unanswered) and
+    "hang" (no answer until the proxy closes: the client must time out). With `replay` on, an
+    upstream answer is kept per request body and served again without asking upstream, so a test
+    can give its client a short timeout without normal answers depending on the machine's speed.
+    `arrivals` holds each request's arrival time on the proxy's clock (time.monotonic).
+    """
+
+    def __init__(self, upstream: str, replay: bool = False):
         self.upstream = upstream.replace("http://", "")
         self.faults: list[str] = []
-        self.slow_seconds = 10.0
+        self.replay = replay
+        self.answers: dict[bytes, tuple] = {}
+        self.arrivals: list[float] = []
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
+        self.closed = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +101,7 @@ class FaultProxy:
             def _handle(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with proxy.lock:
+                    proxy.arrivals.append(time.monotonic())
                     proxy.requests += 1
                     fault = proxy.faults.pop(0) if proxy.faults else None
                     proxy.in_flight += 1
@@ -105,32 +114,43 @@ class FaultProxy:
                         return
                     if fault in ("429", "500"):
                         payload = b'{"error": {"message": "injected fault", "type": "server_error"}}'
-                        self.send_response(int(fault))
-                        self.send_header("Content-Type", "application/json")
-                        self.send_header("Content-Length", str(len(payload)))
-                        self.end_headers()
-                        self.wfile.write(payload)
+                        self._send(int(fault), [("Content-Type", "application/json")], payload)
                         return
-                    if fault == "slow":
-                        time.sleep(proxy.slow_seconds)
-                    conn = http.client.HTTPConnection(proxy.upstream, timeout=300)
-                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    self.send_response(resp.status)
-                    for k, v in resp.getheaders():
-                        if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                            self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    conn.close()
+                    if fault == "hang":
+                        proxy.closed.wait()  # released when the proxy closes, long after the client gave up
+                        self.close_connection = True
+                        return
+                    key = self.path.encode() + b"\0" + body
+                    answer = proxy.answers.get(key) if proxy.replay else None
+                    if answer is None:
+                        answer = self._forward(body)
+                        if proxy.replay and answer[0] == 200:
+                            proxy.answers[key] = answer
+                    self._send(*answer)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 finally:
                     with proxy.lock:
                         proxy.in_flight -= 1
+
+            def _forward(self, body):
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=600)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                kept = [(k, v) for k, v in resp.getheaders()
+                        if k.lower() not in ("transfer-encoding", "connection", "content-length")]
+                return resp.status, kept, data
+
+            def _send(self, status, headers, data):
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -139,6 +159,7 @@ class FaultProxy:
         self.thread.start()
 
     def close(self):
+        self.closed.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -175,12 +196,46 @@ def test_chat_and_completion_against_real_server(proxy):
     assert again.text == chat.text  # greedy is deterministic
 
 
-def test_retries_through_429_500_slow_and_dropped_connections(proxy):
-    proxy.faults = ["429", "500", "drop", "slow"]
-    # The client gives up on the slow response after 6 s; the retry is answered normally.
-    out = _backend([proxy.url], timeout=6.0).generate([_chat("Should you return a lost wallet?", n=4)])
-    assert out[0].text.strip()
-    assert proxy.requests == 5 and not proxy.faults
+def test_retries_through_429_500_hang_and_dropped_connections(llama_server):
+    proxy = FaultProxy(llama_server, replay=True)
+    try:
+        req = [_chat("Should you return a lost wallet?", n=4)]
+        # The answer is fetched once with a generous timeout; the proxy then replays it at once,
+        # so the short timeout below only ever meets the injected hang, however busy the machine.
+        expected = _backend([proxy.url]).generate(req)[0].text
+        assert expected.strip() and proxy.requests == 1
+        proxy.faults = ["429", "500", "drop", "hang"]
+        out = _backend([proxy.url], timeout=3.0).generate(req)
+        assert out[0].text == expected
+        assert proxy.requests == 6 and not proxy.faults
+    finally:
+        proxy.close()
+
+
+def test_retry_delays_grow_with_jitter_on_the_proxys_clock(llama_server):
+    """Retry k waits min(30, backoff * 2**k) * U[0.5, 1.5): with the jitter seeded, each gap
+    between arrivals on the proxy is at least that delay (sleeping never takes less), the
+    waits double (up to the jitter), and the jitter moved them off the plain doubling."""
+    import random
+
+    proxy = FaultProxy(llama_server, replay=True)
+    try:
+        req = [_chat("Is it fair to skip a queue?", n=2)]
+        _backend([proxy.url]).generate(req)
+        proxy.arrivals.clear()
+        proxy.faults = ["500", "429", "500", "500"]
+        backoff, seed = 0.2, 7
+        _backend([proxy.url], backoff=backoff, retry_seed=seed).generate(req)
+        assert len(proxy.arrivals) == 5
+        rng = random.Random(seed)
+        delays = [min(30.0, backoff * 2**k) * (0.5 + rng.random()) for k in range(4)]
+        gaps = [b - a for a, b in zip(proxy.arrivals, proxy.arrivals[1:])]
+        assert all(g >= d for g, d in zip(gaps, delays)), (gaps, delays)
+        assert all(d >= backoff * 2**k * 0.5 for k, d in enumerate(delays))
+        assert delays != [backoff * 2**k for k in range(4)]  # jittered
+        assert sum(gaps) >= sum(delays) >= backoff * (1 + 2 + 4 + 8) * 0.5
+    finally:
+        proxy.close()
 
 
 def test_clear_error_after_last_retry(proxy):

@@ -2,8 +2,8 @@
 
 Requests run with bounded concurrency; several base URLs share the load (request i goes to
 server i mod n, and each retry moves to the next server). 429, 5xx, timeouts and dropped
-connections are retried with exponential backoff and jitter; after the last retry the error is
-one clear line. The API key comes from OPENAI_API_KEY (local servers accept any key).
+connections are retried with exponential backoff and jitter (retry k waits
+min(30, backoff * 2**k) * U[0.5, 1.5) seconds); after the last retry the error is one clear line. The API key comes from OPENAI_API_KEY (local servers accept any key).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class OpenAIBackend(GenerationBackend):
         self._retryable = (openai.RateLimitError, openai.InternalServerError,
                            openai.APITimeoutError, openai.APIConnectionError)
         self._status_error = openai.APIStatusError
-        self._rng = random.Random()
+        self._rng = random.Random(self.options.retry_seed)
 
     @property
     def model_id(self) -> str:
