@@ -66,12 +66,17 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One prompt. `messages` (chat) or `prompt` (plain completion); `sample` indexes repeats."""
+    """One prompt. `messages` (chat) or `prompt` (plain completion); `sample` indexes repeats.
+
+    `inputs` names what a pipeline stage asks about, bare (("question", q),) for answers,
+    (("question", q), ("answer", a)) for RoTs: backends that take inputs rather than prompts (a
+    user's Python function, `backend="callable"`) read these; the others ignore them."""
 
     prompt: str | None = None
     messages: tuple[tuple[str, str], ...] | None = None  # ((role, content), ...)
     params: SamplingParams = field(default_factory=SamplingParams)
     sample: int = 0
+    inputs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -93,6 +98,13 @@ class GenerationBackend(ABC):
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
+
+    def identity(self) -> dict[str, Any]:
+        """Everything besides the request that decides the output; the generation cache keys on it.
+
+        The default names the backend and the model; backends that load weights add a fingerprint
+        of them (`sage.models.identity.fingerprint`), the dtype and the chat template."""
+        return {"backend": self.name, "model": self.model_id}
 
     def close(self) -> None:  # release servers, engines, memory
         return None
@@ -148,6 +160,9 @@ class Editor(ABC):
 
     name: str = ""
     supports_batch: bool = False
+    #: False where free generation through the handle's scoring model is not implemented; studies
+    #: refuse such a method up front, before any text is generated or any edit is made.
+    can_generate: bool = True
 
     @abstractmethod
     def apply(self, model: Any, requests: Sequence[Any]) -> EditHandle: ...

@@ -41,6 +41,7 @@ class PipelineConfig:
     paraphraser_backend: str | None = None
     rot_model: str | None = None  # default: the paraphraser
     rot_backend: str | None = None
+    rots: bool = True  # write a Rule of Thumb for every answer
     questions: str | None = None  # default: the built-in demo set
     k: int = 5  # paraphrases per question
     samples: int = 1  # answers per paraphrase
@@ -49,10 +50,12 @@ class PipelineConfig:
     seed: int = 0
     answer_max_new_tokens: int = 128
     rot_max_new_tokens: int = 48
-    paraphrase_max_new_tokens: int = 256
-    paraphrase_temperature: float = 0.7
+    paraphrase_max_new_tokens: int | None = None  # default: 40 per paraphrase asked
+    paraphrase_temperature: float = 0.7  # first round; later rounds add paraphrase_temperature_step
+    paraphrase_temperature_step: float = 0.1
     min_parascore: float | None = None  # default 0.8 (SaGE paper); the authors' code used 0.6
-    paraphrase_attempts: int = 3
+    paraphrase_attempts: int = 4  # rounds per question at most
+    paraphrase_requests: int = 2  # independent samples per question and round, K candidates each
     parascore_encoder: str | None = None  # default: the bundled all-MiniLM-L6-v2
     parascore_layers: int = 6
     base_urls: tuple[str, ...] = ()
@@ -127,7 +130,8 @@ def _records(cfg: PipelineConfig, stage: str, fp: str) -> RecordStore:
 
 # --------------------------------------------------------------------------- stages
 def generate_paraphrases(cfg: PipelineConfig, backends: _Backends | None = None, questions=None):
-    """Paraphrase table (kept paraphrases) and the table of all candidates with scores.
+    """Paraphrase table (kept paraphrases), the table of all candidates with scores, and the
+    stage report (rounds, rejections, questions short of K; `sage.paraphrase.stage.stage_report`).
 
     Questions that come with user paraphrases (a `paraphrase` column) are not paraphrased.
     """
@@ -135,27 +139,29 @@ def generate_paraphrases(cfg: PipelineConfig, backends: _Backends | None = None,
 
     from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
     from sage.paraphrase.stage import (
-        ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage, user_paraphrase_table,
+        ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage, stage_report,
+        user_paraphrase_table,
     )
 
     questions = read_questions(cfg.questions) if questions is None else questions
     if "paraphrase" in questions.columns:
         log.info("using %d user-supplied paraphrases", len(questions))
-        return user_paraphrase_table(questions), pd.DataFrame()
+        return user_paraphrase_table(questions), pd.DataFrame(), None
     own = backends is None
     backends = backends or _Backends(cfg)
     try:
         spec, backend = backends.paraphraser()
         pcfg = ParaphraseConfig(
             k=cfg.k, threshold=DEFAULT_THRESHOLD if cfg.min_parascore is None else cfg.min_parascore,
-            max_attempts=cfg.paraphrase_attempts, temperature=cfg.paraphrase_temperature,
+            max_attempts=cfg.paraphrase_attempts, requests_per_round=cfg.paraphrase_requests,
+            temperature=cfg.paraphrase_temperature, temperature_step=cfg.paraphrase_temperature_step,
             max_new_tokens=cfg.paraphrase_max_new_tokens, seed=cfg.seed, batch_size=cfg.batch_size,
         )
         scorer = ParaScorer(cfg.parascore_encoder, num_layers=cfg.parascore_layers, device=cfg.device or "cpu")
         store = _records(cfg, "paraphrases", _fingerprint(spec.model_id, spec.backend, spec.prompt_format,
                                                           asdict(pcfg), scorer.describe()))
         run_paraphrase_stage(questions, backend, spec.format, scorer, store, pcfg)
-        return paraphrase_table(questions, store), candidates_table(store)
+        return paraphrase_table(questions, store), candidates_table(store), stage_report(store, cfg.k)
     finally:
         if own:
             backends.close()
@@ -203,28 +209,36 @@ def generate_rots(answers, cfg: PipelineConfig, backends: _Backends | None = Non
             backends.close()
 
 
-def run_pipeline(config: PipelineConfig | None = None, **overrides):
+def run_pipeline(config: PipelineConfig | None = None, *, questions=None, **overrides):
     """Paraphrase -> answer -> RoT; writes `<out_dir>/<output>` and returns the responses table.
 
     Columns: question_id, question, paraphrase_id, paraphrase, paraphrase_score, model, sample,
-    answer, rot; one row per question x paraphrase x sample. Also writes
-    `<out_dir>/paraphrase_candidates.csv` (every candidate, kept or rejected, with scores).
-    `responses.attrs["model_calls"]` counts the requests that reached a model (cache misses).
+    answer, rot (no rot when `rots` is off); one row per question x paraphrase x sample. Also
+    writes `<out_dir>/paraphrase_candidates.csv` (every candidate, kept or rejected, with scores)
+    and `paraphrase_report.json`. `questions`: a checked questions table (default: read
+    `config.questions`). `responses.attrs["model_calls"]` counts the requests that reached a model
+    (cache misses).
     """
     cfg = replace(config or PipelineConfig(), **overrides)
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     backends = _Backends(cfg)
     try:
-        paraphrases, candidates = generate_paraphrases(cfg, backends)
+        paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions)
         if len(candidates):
             write_table(candidates, out_dir / "paraphrase_candidates.csv")
+        if report is not None:
+            (out_dir / "paraphrase_report.json").write_text(json.dumps(report, indent=2) + "\n")
         answers = generate_answers(paraphrases, cfg, backends)
-        responses = generate_rots(answers, cfg, backends)[RESPONSE_COLUMNS]
+        if cfg.rots:
+            responses = generate_rots(answers, cfg, backends)[RESPONSE_COLUMNS]
+        else:
+            responses = answers[[c for c in RESPONSE_COLUMNS if c != "rot"]]
         from sage.data.responses import write_responses
 
         write_responses(responses, out_dir / cfg.output)
         responses.attrs["model_calls"] = backends.calls()  # requests that missed the cache
+        responses.attrs["paraphrase_report"] = report
         log.info("wrote %d responses to %s (%d model calls, the rest cached)",
                  len(responses), out_dir / cfg.output, backends.calls())
         return responses
@@ -257,3 +271,54 @@ def load_table(path: str | Path, what: str):
     if "question_id" in df.columns:
         df["question_id"] = df["question_id"].astype(str)
     return df
+
+
+# --------------------------------------------------------------------------- any Python function
+def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", batch: bool = False,
+          paraphrases: int = 5, samples: int = 1, use_rots: bool = True, paraphraser: str = "smollm2-135m",
+          paraphraser_backend: str | None = None, rot_model: str | None = None, rot_backend: str | None = None,
+          min_parascore: float | None = None, out_dir: str | Path | None = None, score_config=None,
+          seed: int = 0, device: str | None = None, progress: bool = True, **options):
+    """Score the consistency of any Python function that answers a question (the SaGE library's
+    `score(questions, get_response, use_rots=True)`), through the same paraphrase stage, RoT
+    stage, generation cache and scoring as every backend.
+
+    `questions`: a list of strings, a table with a `question` column, or a questions file.
+    `answer_fn(question) -> str` (with `batch=True`: `answer_fn(questions) -> list[str]`) is
+    the model under test; its cache entries are keyed by `name`, so give a new name when the
+    function changes. RoTs come from `rot_fn(question, answer) -> str` when given, else from
+    `rot_model` (default: the paraphraser); `use_rots=False` scores the answers only.
+    Paraphrases come from `paraphraser` (default: the bundled SmolLM2-135M). Outputs go to
+    `out_dir` (default `runs/<name>`), and a rerun resumes there. Further keyword `options` set
+    `PipelineConfig` fields. Returns the `ScoreResult`.
+    """
+    import re
+
+    from sage.data.questions import questions_frame, read_questions
+    from sage.generation.callable_backend import register_function
+    from sage.scoring import ScoreConfig, score_responses
+
+    register_function(name, answer_fn, batch=batch)
+    if rot_fn is not None:
+        rot_model, rot_backend = register_function(f"{name}:rot", rot_fn, batch=batch), "callable"
+    table = read_questions(questions) if isinstance(questions, (str, Path)) else questions_frame(questions)
+    out = Path(out_dir) if out_dir is not None else Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    cfg = PipelineConfig(model=name, backend="callable", paraphraser=paraphraser,
+                         paraphraser_backend=paraphraser_backend, rot_model=rot_model or paraphraser,
+                         rot_backend=rot_backend if rot_model else paraphraser_backend, rots=use_rots,
+                         k=paraphrases, samples=samples, min_parascore=min_parascore, seed=seed, device=device,
+                         out_dir=str(out), **options)
+    responses = run_pipeline(cfg, questions=table)
+    config = score_config or ScoreConfig(seed=seed)
+    config = replace(config, skip_invalid=True)  # what the function answered is never "bad input"
+    result = score_responses(responses, config, source=str(out / cfg.output), progress=progress)
+    add_paraphrase_report(result.summary, responses)
+    result.write(out)
+    return result
+
+
+def add_paraphrase_report(summary: dict, responses) -> None:
+    """Put the paraphrase stage's totals (questions short of K or with none) into a run summary."""
+    report = responses.attrs.get("paraphrase_report")
+    if report is not None:
+        summary["paraphrases"] = {k: v for k, v in report.items() if k != "per_question"}

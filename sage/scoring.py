@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sage.data.responses import normalize_columns, read_responses, validate, write_responses
+from sage.data.responses import as_responses, load_responses, validate, write_responses
 from sage.errors import SageInputError
 from sage.metrics.sge import UNDEFINED, distances_from_similarity, sge_from_distances
 from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity, upper_mean
@@ -46,8 +46,9 @@ class ScoreConfig:
             if m not in METRICS:
                 raise SageInputError(f"unknown metric {m!r}; choose from {', '.join(METRICS)}")
         for e in self.sge_edges:
-            if e not in SIMILARITIES:
-                raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from {', '.join(SIMILARITIES.names())}")
+            if e not in SIMILARITIES and not is_column_edge(e):
+                raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from "
+                                     f"{', '.join(SIMILARITIES.names())} or column:NAME (a pair-layout file's column)")
         if not self.metrics:
             raise SageInputError("no metrics selected; pass at least one of " + ", ".join(METRICS))
         if self.chunk_questions < 1:
@@ -59,13 +60,29 @@ class ScoreConfig:
                 raise SageInputError(f"unknown text column {c!r} for --on; choose answer and/or rot")
 
     def needed_similarities(self) -> list[str]:
-        names = list(self.sge_edges) if "sge" in self.metrics else []
+        names = [e for e in self.sge_edges if not is_column_edge(e)] if "sge" in self.metrics else []
         names += [m for m in self.metrics if m in BASELINES and m not in names]
         return names
 
 
 def sge_column(edge: str, primary: str, col: str, part: str = "sge") -> str:
-    return f"{part}_{col}" if edge == primary else f"{part}_{edge}_{col}"
+    return f"{part}_{col}" if edge == primary else f"{part}_{edge.removeprefix(COLUMN_EDGE)}_{col}"
+
+
+COLUMN_EDGE = "column:"  # --sge-edges column:NAME: similarities read from a pair-layout file's column
+_COLUMN_TARGETS = {"_model_output": "answer", "_answer": "answer", "_rot": "rot"}
+
+
+def is_column_edge(edge: str) -> bool:
+    return edge.startswith(COLUMN_EDGE)
+
+
+def column_edge_applies(edge: str, col: str) -> bool:
+    """A pair column names the texts it compares by its suffix (the authors' `cosine_model_output`
+    compares answers, `cosine_rot` RoTs); a column without such a suffix applies to every text."""
+    name = edge.removeprefix(COLUMN_EDGE)
+    target = next((t for suffix, t in _COLUMN_TARGETS.items() if name.endswith(suffix)), None)
+    return target is None or target == col
 
 
 @dataclass
@@ -96,7 +113,7 @@ def headline_columns(summary: dict) -> list[tuple[str, str]]:
     for col in cfg["on"]:
         for edge in cfg["sge_edges"] if "sge" in cfg["metrics"] else []:
             name = sge_column(edge, cfg["sge_edges"][0], col)
-            suffix = "" if edge == cfg["sge_edges"][0] else f"/{edge}"
+            suffix = "" if edge == "cosine" else f"/{edge}"  # cosine: the method's own edges
             cols.append((name, f"SGE{suffix} ({col})"))
         for m in cfg["metrics"]:
             if m in BASELINES:
@@ -125,6 +142,9 @@ def summary_markdown(summary: dict) -> str:
     lines += ["", "Counts: " + "; ".join(
         f"{model}: {m['n_rows']} rows, {m['n_questions']} questions, {m['n_undefined']} undefined (single row), "
         f"{m['n_skipped_rows']} rows skipped" for model, m in summary["models"].items()), ""]
+    if summary.get("undefined_questions"):
+        lines += ["Undefined questions (fewer than two answers; excluded from the means): " + ", ".join(
+            f"{u['question_id']} ({u['model']})" for u in summary["undefined_questions"]), ""]
     lines.append(f"Provenance: sage {summary['provenance']['versions'].get('sage-consistency', '?')}, "
                  f"git {summary['provenance']['git']}, created {summary['provenance']['created']}.")
     return "\n".join(lines) + "\n"
@@ -136,17 +156,21 @@ def score_responses(
     *,
     source: str | None = None,
     progress: bool = True,
+    pair_edges=None,
     **overrides,
 ) -> ScoreResult:
-    """Score a responses table (DataFrame or file path). Keyword overrides set ScoreConfig fields."""
+    """Score a responses table (DataFrame or file path, either layout). Keyword overrides set
+    ScoreConfig fields. `pair_edges`: the `PairEdges` of a pair-layout table already read."""
     t_start = time.perf_counter()
     if isinstance(responses, (str, Path)):
         source = source or str(responses)
-        df = read_responses(responses)
+        df, pair_edges = load_responses(responses)
     else:
         source = source or "responses"
-        df = normalize_columns(responses, source=source)
+        df, edges = as_responses(responses, source=source)
+        pair_edges = pair_edges if pair_edges is not None else edges
     config = _config_with(config, overrides)
+    _check_column_edges(config, pair_edges, source)
     on = config.on or (("answer", "rot") if "rot" in df.columns else ("answer",))
 
     report = validate(df, on)
@@ -166,7 +190,7 @@ def score_responses(
     texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in on}
 
     timings: dict[str, float] = {}
-    sims: dict[tuple[str, str], list[np.ndarray]] = {(n, c): [] for n in config.needed_similarities() for c in on}
+    sims: dict[tuple[str, str], list] = {(n, c): [] for n in config.needed_similarities() for c in on}
     similarities = {}
     for name in config.needed_similarities():
         t0 = time.perf_counter()
@@ -176,6 +200,11 @@ def score_responses(
     chunks = [range(i, min(i + config.chunk_questions, len(keys))) for i in range(0, len(keys), config.chunk_questions)]
     forward = 0.0
     bar = tqdm(total=len(chunks) * len(sims), desc="scoring", disable=not progress, unit="step")
+    for name in config.sge_edges if "sge" in config.metrics else ():
+        if is_column_edge(name):  # read, not computed: the pair file's values between these nodes
+            for col in on:
+                sims[(name, col)] = [_column_matrix(pair_edges, name, col, df, key, rows)
+                                     for key, rows in zip(keys, group_rows)]
     for chunk in chunks:
         for name, sim in similarities.items():
             clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
@@ -203,8 +232,11 @@ def score_responses(
             if "sge" in config.metrics:
                 for edge in config.sge_edges:
                     mat = sims[(edge, col)][gi]
-                    res = (sge_from_distances(distances_from_similarity(mat, texts[col][gi]))
-                           if mat.shape[0] > 1 else UNDEFINED)
+                    if mat is None:  # a column edge that does not cover these texts
+                        res = UNDEFINED
+                    else:
+                        res = (sge_from_distances(distances_from_similarity(mat, texts[col][gi]))
+                               if mat.shape[0] > 1 else UNDEFINED)
                     row[sge_column(edge, primary, col)] = res.sge
                     row[sge_column(edge, primary, col, "D")] = res.D
                     row[sge_column(edge, primary, col, "H")] = res.H
@@ -219,7 +251,37 @@ def score_responses(
     timings["total"] = time.perf_counter() - t_start
 
     summary = _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings)
+    if pair_edges is not None:
+        summary["pair_layout"] = {
+            "columns": pair_edges.columns,
+            "incomplete_questions": [{"model": m, "question_id": q, "why": why}
+                                     for (m, q), why in pair_edges.incomplete.items()],
+        }
+        for (m, q), why in pair_edges.incomplete.items():
+            log.warning("%s: question %s: pairs do not form a complete graph (%s); its column edges are not used",
+                        source, q, why)
     return ScoreResult(questions=questions, summary=summary, responses=df)
+
+
+def _check_column_edges(config: ScoreConfig, pair_edges, source: str) -> None:
+    for edge in config.sge_edges if "sge" in config.metrics else ():
+        if not is_column_edge(edge):
+            continue
+        name = edge.removeprefix(COLUMN_EDGE)
+        if pair_edges is None:
+            raise SageInputError(f"--sge-edges {edge}: {source} is not in the pair layout "
+                                 "(question_id, model_output_1, model_output_2, ...); column edges need one")
+        if name not in pair_edges.columns:
+            raise SageInputError(f"--sge-edges {edge}: {source} has no numeric pair column {name!r}; "
+                                 f"it has: {', '.join(pair_edges.columns) or 'none'}")
+
+
+def _column_matrix(pair_edges, edge: str, col: str, df: pd.DataFrame, key, rows):
+    """The pair file's similarity between the nodes of one question (None: not defined here)."""
+    if not column_edge_applies(edge, col):
+        return None
+    model, qid = key
+    return pair_edges.similarity(edge.removeprefix(COLUMN_EDGE), model, qid, df["node"].iloc[rows].tolist())
 
 
 def _config_with(config: ScoreConfig | None, overrides: dict) -> ScoreConfig:

@@ -4,16 +4,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+
+from tests.cli_helpers import kill_when
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -108,10 +108,6 @@ _RUNNER = textwrap.dedent("""
 """)
 
 
-def _lines(path: Path) -> int:
-    return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
 def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path):
     # User-supplied paraphrases keep this test to the answer and RoT stages (the paraphrase stage
     # resumes through the same record store; see test_paraphrase_stage.py).
@@ -124,19 +120,11 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path):
     cmd = [sys.executable, "-c", _RUNNER, json.dumps(kw)]
 
     def run_until(stage: str, n: int) -> None:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            if sum(_lines(p) for p in (out / "records").glob(f"{stage}-*.jsonl")) >= n:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run finished before it could be killed"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        kill_when(cmd, env, lambda: list((out / "records").glob(f"{stage}-*.jsonl")), n)
 
     run_until("answers", 1)  # killed in the answer stage
     run_until("rots", 2)  # restarted, killed again in the RoT stage
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     stats = json.loads(done.stdout.strip().splitlines()[-1])
     df = pd.read_csv(out / "responses.csv", dtype={"question_id": str})
@@ -145,14 +133,12 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path):
     for rec_file in (out / "records").glob("*.jsonl"):
         keys = [json.loads(line)["key"] for line in rec_file.read_text().splitlines()]
         assert len(keys) == len(set(keys)), f"duplicated records in {rec_file.name}"
-    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert json.loads(rerun.stdout.strip().splitlines()[-1]) == {"rows": len(df), "calls": 0}
 
 
 def test_sage_score_model_generates_then_scores(tmp_path, questions):
     """`sage score --model` runs paraphrase -> answer -> RoT -> scoring and writes every output."""
-    from click.testing import CliRunner
-
     from sage.cli.main import cli
 
     out = tmp_path / "run"
@@ -166,3 +152,50 @@ def test_sage_score_model_generates_then_scores(tmp_path, questions):
     q = pd.read_csv(out / "questions.csv")
     assert len(q) == 2 and q["sge_answer"].notna().all() and (q["n"] >= 2).all()
     assert (out / "summary.json").exists() and (out / "paraphrase_candidates.csv").exists()
+
+
+def test_score_model_finishes_when_a_question_gets_no_paraphrase(tmp_path):
+    """A generated run never dies on model behaviour: "Why?" gets no paraphrase above the
+    threshold within the bounded search, so it is answered as written, once, and its
+    consistency is undefined; the run exits 0, scores the other question and lists "why"."""
+    from sage.cli.main import cli
+
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question\nlie,Is it wrong to lie to a friend to spare their feelings?\nwhy,Why?\n")
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["score", "--model", "smollm2-135m", "--questions", str(q), "--paraphrases", "2",
+                                 "--min-parascore", "0.8", "--max-new-tokens", "12", "--metrics", "sge,rouge_l",
+                                 "--out", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    responses = pd.read_csv(out / "responses.csv", dtype={"question_id": str})
+    report = json.loads((out / "paraphrase_report.json").read_text())
+    assert report["no_paraphrase"] == ["why"]
+    why = report["per_question"]["why"]
+    # the search went to its bound: every round spent, each hotter than the last
+    assert why["attempts"] == 4 and why["temperatures"] == sorted(set(why["temperatures"]))
+    assert why["n_candidates"] > 0 and why["rejected"]["below_threshold"] + why["rejected"]["duplicate"] == \
+        why["n_candidates"]
+    # answered as written: one row, paraphrase_id 0, the question itself
+    asked = responses[responses["question_id"] == "why"]
+    assert len(asked) == 1 and asked["paraphrase_id"].tolist() == [0] and asked["paraphrase"].tolist() == ["Why?"]
+    assert len(responses[responses["question_id"] == "lie"]) >= 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["undefined_questions"] == [{"model": "smollm2-135m", "question_id": "why"}]
+    stats = summary["models"]["smollm2-135m"]
+    assert stats["n_undefined"] == 1 and stats["n_questions_scored"] == 1
+    assert stats["metrics"]["sge_answer"]["n"] == 1
+    assert summary["paraphrases"]["no_paraphrase"] == ["why"]
+    assert "undefined" in r.output and "why" in r.output  # the printed table's footer
+    assert "why (smollm2-135m)" in (out / "summary.md").read_text()
+
+
+def test_score_model_exits_1_when_every_question_is_undefined(tmp_path):
+    from sage.cli.main import cli
+
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question\nwhy,Why?\n")
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["score", "--model", "smollm2-135m", "--questions", str(q), "--paraphrases", "1",
+                                 "--max-new-tokens", "8", "--metrics", "rouge_l", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 1 and "nothing could be scored" in r.output
+    assert (out / "summary.json").exists() and (out / "responses.csv").exists()  # nothing computed is lost

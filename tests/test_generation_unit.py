@@ -74,17 +74,57 @@ def test_prompt_formats_render_text_and_add_stops():
 def test_request_key_and_seed_are_content_addressed():
     a = GenerationRequest(messages=(("user", "hi"),), params=SamplingParams(max_new_tokens=8), sample=0)
     same = GenerationRequest(messages=(("user", "hi"),), params=SamplingParams(max_new_tokens=8), sample=0)
-    assert request_key("m", a) == request_key("m", same)
+    m = {"backend": "transformers", "model": "m", "weights": "abc"}
+    assert request_key(m, a) == request_key(dict(m), same)
     assert request_seed(a) == request_seed(same)
     variants = [
-        request_key("other", a),
-        request_key("m", GenerationRequest(messages=(("user", "hi!"),), params=a.params)),
-        request_key("m", GenerationRequest(messages=a.messages, params=SamplingParams(max_new_tokens=9))),
-        request_key("m", GenerationRequest(messages=a.messages, params=a.params, sample=1)),
-        request_key("m", GenerationRequest(prompt="hi", params=a.params)),
+        request_key({**m, "model": "other"}, a),
+        request_key({**m, "backend": "llamacpp"}, a),  # same alias, another backend
+        request_key({**m, "weights": "abd"}, a),  # same path, other weights
+        request_key({**m, "chat_template": "t2"}, a),
+        request_key(m, GenerationRequest(messages=(("user", "hi!"),), params=a.params)),
+        request_key(m, GenerationRequest(messages=a.messages, params=SamplingParams(max_new_tokens=9))),
+        request_key(m, GenerationRequest(messages=a.messages, params=SamplingParams(max_new_tokens=8, top_p=0.9))),
+        request_key(m, GenerationRequest(messages=a.messages, params=a.params, sample=1)),
+        request_key(m, GenerationRequest(prompt="hi", params=a.params)),
     ]
-    assert len(set(variants + [request_key("m", a)])) == 6
+    assert len(set(variants + [request_key(m, a)])) == len(variants) + 1
     assert request_seed(GenerationRequest(messages=a.messages, params=a.params, sample=1)) != request_seed(a)
+
+
+def test_rows_of_the_old_key_scheme_are_never_served(tmp_path):
+    """A cache written by the old code (table `generations`, key = sha256 of model id + request)
+    holds a row for exactly this request; the new cache must not serve it."""
+    import dataclasses
+    import hashlib
+    import sqlite3
+
+    from sage.api import Generation, GenerationBackend
+    from sage.generation.cache import CachedBackend, GenerationCache
+
+    req = GenerationRequest(messages=(("user", "hi"),), params=SamplingParams(max_new_tokens=4))
+    old_payload = {"model": "m", "prompt": None, "messages": [["user", "hi"]],
+                   "params": dataclasses.asdict(req.params), "sample": 0}
+    old_key = hashlib.sha256(json.dumps(old_payload, sort_keys=True, ensure_ascii=False, default=list)
+                             .encode()).hexdigest()
+    db = tmp_path / "c.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE generations (key TEXT PRIMARY KEY, model TEXT NOT NULL, request TEXT NOT NULL, "
+                "text TEXT NOT NULL, token_logprobs TEXT, finish_reason TEXT, created REAL NOT NULL)")
+    con.execute("INSERT INTO generations VALUES (?, 'm', '{}', 'stale text', NULL, 'stop', 0)", (old_key,))
+    con.commit()
+    con.close()
+
+    class Echo(GenerationBackend):  # a deterministic backend with a visible call count
+        name = "echo"
+        model_id = "m"
+
+        def generate(self, requests):
+            return [Generation(text="fresh " + r.messages[-1][1], finish_reason="stop") for r in requests]
+
+    cached = CachedBackend(Echo(), GenerationCache(db))
+    assert cached.generate([req])[0].text == "fresh hi" and cached.calls == 1
+    assert cached.generate([req])[0].cached and cached.calls == 1
 
 
 def test_record_store_drops_torn_tail_and_never_duplicates(tmp_path):
@@ -142,3 +182,16 @@ def test_cli_unknown_backend_exits_2_with_one_line(tmp_path):
     assert res.exit_code == 2, res.output
     assert res.output.strip().count("\n") == 0 and "unknown generation backend 'nope'" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_record_store_compacts_a_corrupt_line_left_by_an_older_writer(tmp_path):
+    path = tmp_path / "entries.jsonl"
+    # An older writer appended the redone entry onto a torn line, then wrote another entry.
+    path.write_bytes(b'{"uid": "a", "v": 1}\n{"uid": "b", "v"{"uid": "b", "v": 2}\n{"uid": "c", "v": 3}\n'
+                     b'{"uid": "a", "v": 4}\n')
+    store = RecordStore(path, key_field="uid")
+    assert {k: r["v"] for k, r in store.records.items()} == {"a": 4, "c": 3}  # "b" is redone
+    store.append([{"uid": "b", "v": 5}])
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert sorted(r["uid"] for r in rows) == ["a", "b", "c"]
+    assert {r["uid"]: r["v"] for r in rows} == {"a": 4, "b": 5, "c": 3}

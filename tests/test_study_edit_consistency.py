@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 def _config(countermoral_dir, out, **kw):
     return StudyConfig(
-        methods=("ike", "rome"), frameworks=("deontology",), limit=2, data=str(countermoral_dir),
+        methods=("ike", "serac", "rome"), frameworks=("deontology",), limit=2, data=str(countermoral_dir),
         out=str(out), k=2, paraphrase_tokens=96, paraphrase_attempts=1, completion_tokens=8,
         answer_tokens=24, rot_tokens=16, n_boot=200,
         overrides={"rome": {"v_steps": 12, "n_context": 2, "covariance": "identity"}, "ike": {"k": 3}},
@@ -41,7 +41,7 @@ def _lines(path):
 
 def test_records_scores_and_changes(study):
     out, summary, _ = study
-    for state in ("pre", "ike", "rome"):
+    for state in ("pre", "ike", "serac", "rome"):
         recs = _lines(out / "records" / f"{state}.jsonl")
         assert len(recs) == 2
         for r in recs:
@@ -50,9 +50,9 @@ def test_records_scores_and_changes(study):
             assert any(t.strip() for t in r["action"])
     scores = pd.read_csv(out / "scores.csv")
     got = set(map(tuple, scores[["state", "probe", "metric"]].drop_duplicates().to_numpy()))
-    assert got == {(s, p, m) for s in ("pre", "ike", "rome") for p in PROBES for m in METRICS}
+    assert got == {(s, p, m) for s in ("pre", "ike", "serac", "rome") for p in PROBES for m in METRICS}
     changes = pd.read_csv(out / "changes.csv")
-    assert len(changes) == 2 * len(PROBES) * len(METRICS)
+    assert len(changes) == 3 * len(PROBES) * len(METRICS)
     # the change is post - pre of the stored per-entry scores
     wide = scores.set_index(["uid", "probe", "metric", "state"])["value"].unstack("state")
     sub = wide.xs(("action", "fluency"), level=("probe", "metric"))
@@ -75,7 +75,8 @@ def test_weights_restored_and_edit_took(study, bundled_lm):
 
 
 def test_wrapper_is_in_the_generation_path(study, bundled_lm, countermoral_dir):
-    """IKE's completions are the base model's greedy completions of the IKE-conditioned prompts."""
+    """IKE's completions are the base model's greedy completions of the IKE-conditioned prompts,
+    and the wrappers' (IKE, SERAC) edited completions are not the unedited ones."""
     from sage.editing.base import EditContext, make_editor
     from sage.editing.dataset import load_countermoral
     from sage.generation.hf import TransformersBackend
@@ -95,6 +96,19 @@ def test_wrapper_is_in_the_generation_path(study, bundled_lm, countermoral_dir):
     plain = complete(backend, type("Identity", (), {"condition_prompts": staticmethod(list)})(), prompts, 8, 0)
     pre = {r["uid"]: r for r in _lines(out / "records" / "pre.jsonl")}
     assert pre[req.uid]["action"][:2] == plain
+    for method in ("ike", "serac"):
+        edited = {r["uid"]: r for r in _lines(out / "records" / f"{method}.jsonl")}
+        for uid, rec in edited.items():
+            changed = sum(a != b for kind in ("action", "relation") for a, b in zip(rec[kind], pre[uid][kind]))
+            assert changed >= 5, f"{method} left {uid}'s completions (nearly) unedited"
+
+
+def test_grace_is_refused_before_any_generation_or_edit(countermoral_dir, tmp_path):
+    out = tmp_path / "grace"
+    with pytest.raises(SageInputError, match="'grace': generation through its scoring wrapper"):
+        run_study(StudyConfig(methods=("rome", "grace"), frameworks=("deontology",), limit=1,
+                              data=str(countermoral_dir), out=str(out)))
+    assert not out.exists()  # refused while checking the configuration: nothing generated or edited
 
 
 def test_resume_redoes_only_missing_entries(study, bundled_lm, countermoral_dir):

@@ -71,11 +71,17 @@ def command() -> None:
               help="Paraphrases kept per question.")
 @click.option("--min-parascore", default=None, type=float,
               help="ParaScore threshold (default 0.8 as in the SaGE paper; the authors' code used 0.6).")
-@click.option("--attempts", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Paraphraser calls per question at most.")
-@click.option("--temperature", default=0.7, show_default=True, type=click.FloatRange(min=0))
+@click.option("--attempts", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Rounds per question at most; each later round samples at a higher temperature.")
+@click.option("--requests-per-round", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Independent samples per question and round, each asking for K paraphrases.")
+@click.option("--temperature", default=0.7, show_default=True, type=click.FloatRange(min=0),
+              help="First round's temperature.")
+@click.option("--temperature-step", default=0.1, show_default=True, type=click.FloatRange(min=0),
+              help="Added to the temperature in each further round (capped at 1.0).")
 @_common
-def paraphrases_cmd(questions, model, k, min_parascore, attempts, temperature, **common):
+def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_round, temperature,
+                    temperature_step, **common):
     """Paraphrase questions, keeping candidates above the ParaScore threshold."""
     from pathlib import Path
 
@@ -84,11 +90,16 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, temperature, *
 
     cfg = _config(common, questions=questions, paraphraser=model, paraphraser_backend=common["backend"],
                   model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
-                  paraphrase_attempts=attempts, paraphrase_temperature=temperature,
+                  paraphrase_attempts=attempts, paraphrase_requests=requests_per_round,
+                  paraphrase_temperature=temperature, paraphrase_temperature_step=temperature_step,
                   **_tokens(common, "paraphrase_max_new_tokens"))
-    table, candidates = generate_paraphrases(cfg)
+    table, candidates, report = generate_paraphrases(cfg)
     if len(candidates):
         write_table(candidates, Path(common["out_dir"]) / "paraphrase_candidates.csv")
+    if report is not None and report["short_of_k"]:
+        click.echo(f"{len(report['short_of_k'])} of {report['n_questions']} questions got fewer than {k} paraphrases "
+                   f"after {attempts} rounds ({len(report['no_paraphrase'])} with none): "
+                   f"{', '.join(report['short_of_k'][:10])}")
     _write(table, common, "paraphrases.csv")
 
 

@@ -27,6 +27,12 @@ def _print_summary(summary: dict) -> None:
             s = summary["models"][model]["metrics"].get(col)
             cells.append("n/a" if not s or s["n"] == 0 else f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
         table.add_row(label, *cells)
+    undefined = summary.get("undefined_questions") or []
+    if undefined:
+        ids = ", ".join(f"{u['question_id']}" + (f" ({u['model']})" if len(models) > 1 else "") for u in undefined[:20])
+        more = f" and {len(undefined) - 20} more" if len(undefined) > 20 else ""
+        table.caption = (f"{len(undefined)} question(s) undefined (fewer than two answers), excluded from the means: "
+                         f"{ids}{more}")
     Console().print(table)
 
 
@@ -46,7 +52,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 
 @click.command("score")
 @click.option("--responses", "responses", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Score an existing responses table (.csv, .jsonl, .parquet) instead of generating one.")
+              help="Score an existing responses table (.csv, .jsonl, .parquet; one row per answer, or the SaGE "
+                   "authors' pair layout) instead of generating one.")
 @click.option("--model", default=None,
               help="Model under test: generate paraphrases, answers and RoTs, then score (default: smollm2-135m "
                    "when --responses is not given). An alias, a Hugging Face id in the local cache, or a path.")
@@ -66,7 +73,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
               help="Comma-separated metrics: sge, bleu, rouge_l, bertscore, cosine.")
 @click.option("--on", "on", default=None, help="Text columns to score: answer,rot (default: answer, plus rot if present).")
 @click.option("--sge-edges", default="cosine", show_default=True,
-              help="Edge similarities for SGE (d = 1 - sim): cosine, bertscore, rouge_l, bleu. The first gives sge_<col>.")
+              help="Edge similarities for SGE (d = 1 - sim): cosine, bertscore, rouge_l, bleu, or column:NAME (a "
+                   "similarity column of a pair-layout file, e.g. column:cosine_model_output). The first gives sge_<col>.")
 @click.option("--bertscore-model", default=None, help="BERTScore encoder id or path (default: the embedder).")
 @click.option("--bertscore-layers", type=int, default=None, help="BERTScore layer (default: the model's last).")
 @click.option("--model-name", default=None, help="Model label when the table has no 'model' column (default: file stem).")
@@ -84,9 +92,10 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
     """
+    import dataclasses
     import re
 
-    from sage.data.responses import read_responses
+    from sage.data.responses import load_responses
     from sage.errors import SageInputError
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
@@ -99,8 +108,9 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
     )
     if responses is not None and model is not None:
         raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")
+    pair_edges = None
     if responses is not None:
-        df = read_responses(responses)
+        df, pair_edges = load_responses(responses)
         if model_name:
             df["model"] = model_name
         elif (df["model"] == "model").all():
@@ -113,7 +123,18 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
                        rot_model, min_parascore, max_new_tokens, seed, device, out)
         source = str(out / "responses.csv")
-    result = score_responses(df, config, source=source, progress=not no_progress)
+        # What the model generated is never "bad input": a question left with fewer than two
+        # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.
+        config = dataclasses.replace(config, skip_invalid=True)
+    result = score_responses(df, config, source=source, progress=not no_progress, pair_edges=pair_edges)
+    if responses is None:
+        from sage.pipeline import add_paraphrase_report
+
+        add_paraphrase_report(result.summary, df)
     result.write(out)
     _print_summary(result.summary)
     click.echo(f"wrote {out / 'questions.csv'}, {out / 'summary.json'}, {out / 'summary.md'}, {out / 'responses.csv'}")
+    if not any(m["n_questions_scored"] for m in result.summary["models"].values()):
+        click.echo(f"error: no question has two or more answers, so nothing could be scored (see {out / 'summary.json'}); "
+                   "add paraphrases or samples (--paraphrases, --samples), or lower --min-parascore", err=True)
+        raise click.exceptions.Exit(1)

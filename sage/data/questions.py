@@ -24,24 +24,38 @@ def read_questions(path: str | Path | None = None):
     No path: the built-in demo set of moral questions.
     """
     path = Path(path) if path is not None else demo_questions_path()
-    df = read_string_table(path, "questions file")
+    return questions_frame(read_string_table(path, "questions file"), f"questions file {str(path)!r}")
+
+
+def questions_frame(obj, source: str = "questions"):
+    """A list of question strings or a DataFrame with a `question` column, checked: string ids
+    (q0001, ... when absent), no empty question, no id used for two questions."""
+    import pandas as pd
+
+    if isinstance(obj, pd.DataFrame):
+        df = obj.copy()
+    else:
+        items = list(obj)
+        if not items or not all(isinstance(q, str) for q in items):
+            raise SageInputError(f"{source}: give a non-empty list of question strings or a table with a 'question' "
+                                 "column")
+        df = pd.DataFrame({"question": items})
     if "question" not in df.columns:
         raise SageInputError(
-            f"questions file {str(path)!r} has no 'question' column (columns: {', '.join(map(str, df.columns))}); "
+            f"{source} has no 'question' column (columns: {', '.join(map(str, df.columns))}); "
             "add a header row with 'question_id,question'"
         )
-    df = df.copy()
     if "question_id" not in df.columns:
         df.insert(0, "question_id", [f"q{i + 1:04d}" for i in range(len(df))])
     df["question_id"] = df["question_id"].astype(str)
     df["question"] = df["question"].astype(str).str.strip()
     empty = df.index[df["question"] == ""].tolist()
     if empty:
-        raise SageInputError(f"questions file {str(path)!r}: row {empty[0] + 2} has an empty question; fill it or delete the row")
+        raise SageInputError(f"{source}: row {empty[0] + 2} has an empty question; fill it or delete the row")
     clash = df.groupby("question_id")["question"].nunique()
     if (clash > 1).any():
         qid = clash.index[clash > 1][0]
-        raise SageInputError(f"questions file {str(path)!r}: question_id {qid!r} is used for different questions; make ids unique")
+        raise SageInputError(f"{source}: question_id {qid!r} is used for different questions; make ids unique")
     if "paraphrase" not in df.columns:
         df = df.drop_duplicates("question_id")
     return df.reset_index(drop=True)

@@ -104,6 +104,7 @@ class GraceScorer(LMScorer):
 class GraceEditor(EditorBase):
     name = "grace"
     supports_batch = False
+    can_generate = False  # the codebook hit is not carried across cached decoding steps
     hparams_cls = GraceHParams
 
     def apply(self, lm: Any, requests: Sequence[Any]) -> WrapperHandle:

@@ -23,6 +23,7 @@ BACKENDS: Registry[type] = Registry(
         "llamacpp": "sage.generation.llamacpp",
         "vllm": "sage.generation.vllm_backend",
         "openai": "sage.generation.openai_backend",
+        "callable": "sage.generation.callable_backend",
     },
 )
 
@@ -53,6 +54,7 @@ class BackendOptions:
     max_retries: int = 5
     timeout: float = 60.0
     backoff: float = 0.5  # first retry delay in seconds, doubled each retry, with jitter
+    retry_seed: int | None = None  # seeds the retry jitter (reproducible fault tests); None: random
     tensor_parallel_size: int = 1  # vllm
     n_ctx: int = 2048  # llamacpp
     n_threads: int | None = None  # llamacpp (default: all cores)
@@ -75,18 +77,22 @@ def build_requests(
     message_lists: Sequence[tuple[tuple[str, str], ...]],
     params: SamplingParams,
     samples: Sequence[int] | None = None,
+    inputs: Sequence[tuple[tuple[str, str], ...]] | None = None,
 ) -> list[GenerationRequest]:
-    """Chat messages -> requests in the model's prompt format (chat, or rendered text)."""
+    """Chat messages -> requests in the model's prompt format (chat, or rendered text).
+    `inputs`: per request, the stage's bare inputs (see `GenerationRequest.inputs`)."""
     samples = list(samples) if samples is not None else [0] * len(message_lists)
+    inputs = list(inputs) if inputs is not None else [()] * len(message_lists)
     if spec_format.stop:
         params = SamplingParams(**{**params.__dict__, "stop": tuple(params.stop) + spec_format.stop})
     out = []
-    for msgs, s in zip(message_lists, samples):
+    for msgs, s, named in zip(message_lists, samples, inputs):
         msgs = tuple(tuple(m) for m in msgs)
         if spec_format.chat:
-            out.append(GenerationRequest(messages=msgs, params=params, sample=s))
+            out.append(GenerationRequest(messages=msgs, params=params, sample=s, inputs=tuple(named)))
         else:
-            out.append(GenerationRequest(prompt=spec_format.render(msgs), params=params, sample=s))
+            out.append(GenerationRequest(prompt=spec_format.render(msgs), params=params, sample=s,
+                                         inputs=tuple(named)))
     return out
 
 

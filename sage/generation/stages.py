@@ -90,6 +90,7 @@ class StageItem:
     messages: Messages
     sample: int
     fields: dict  # copied into the record
+    inputs: tuple[tuple[str, str], ...] = ()  # the bare inputs (callable backends read these)
 
 
 def run_items(
@@ -113,7 +114,8 @@ def run_items(
     bar = tqdm(total=len(todo), desc=desc, unit="item", disable=not todo, leave=False)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start : start + batch_size]
-        reqs = build_requests(fmt, [it.messages for it in chunk], params, [it.sample for it in chunk])
+        reqs = build_requests(fmt, [it.messages for it in chunk], params, [it.sample for it in chunk],
+                              [it.inputs for it in chunk])
         outs = backend.generate(reqs)
         store.append(
             {
@@ -147,6 +149,7 @@ def answer_items(paraphrases, samples: int) -> list[StageItem]:
                     messages=answer_messages(row.paraphrase),
                     sample=s,
                     fields={"question_id": row.question_id, "paraphrase_id": int(row.paraphrase_id), "sample": s},
+                    inputs=(("question", row.paraphrase),),
                 )
             )
     return items
@@ -160,6 +163,7 @@ def rot_items(answers) -> list[StageItem]:
             messages=rot_messages(r.paraphrase, r.answer),
             sample=0,
             fields={"question_id": r.question_id, "paraphrase_id": int(r.paraphrase_id), "sample": int(r.sample)},
+            inputs=(("question", r.paraphrase), ("answer", r.answer)),
         )
         for r in answers.itertuples(index=False)
     ]

@@ -68,6 +68,9 @@ class StudyConfig:
                                      f"{', '.join(EDITORS.names())}")
             if mode not in ("", "batch"):
                 raise SageInputError(f"{m!r}: the only method mode is ':batch' (e.g. memit:batch)")
+            if not EDITORS.get(name).can_generate:  # refused before any generation or edit is spent
+                raise SageInputError(f"method {name!r}: generation through its scoring wrapper is not "
+                                     "implemented; leave it out of the study")
         names = {m.partition(":")[0] for m in self.methods}
         for name in self.overrides:
             if name not in names:
