@@ -6,7 +6,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["score_responses", "read_responses", "write_responses", "sge_from_distances", "run_pipeline",
+__all__ = ["score", "score_responses", "read_responses", "write_responses", "sge_from_distances", "run_pipeline",
            "PipelineConfig", "__version__"]
 
 
@@ -20,7 +20,7 @@ def __getattr__(name: str):
         from sage.data import responses
 
         return getattr(responses, name)
-    if name in ("run_pipeline", "PipelineConfig"):
+    if name in ("score", "run_pipeline", "PipelineConfig"):
         from sage import pipeline
 
         return getattr(pipeline, name)

@@ -72,8 +72,24 @@ def normalize_columns(df: pd.DataFrame, source: str = "responses") -> pd.DataFra
 
 
 def read_responses(path: str | Path) -> pd.DataFrame:
-    """Read a responses table from .csv, .jsonl or .parquet; canonical column names."""
-    return normalize_columns(read_table(path), source=str(path))
+    """Read a responses table from .csv, .jsonl or .parquet; canonical column names. A file in
+    the SaGE authors' pair layout is read back into one row per node (`sage.data.pair_layout`)."""
+    return load_responses(path)[0]
+
+
+def load_responses(path: str | Path):
+    """(responses table, `PairEdges` of a pair-layout file or None)."""
+    return as_responses(read_table(path), source=str(path))
+
+
+def as_responses(df: pd.DataFrame, source: str = "responses"):
+    """A table in either layout -> (one row per node with canonical columns, `PairEdges` or None)."""
+    from sage.data.pair_layout import is_pair_layout, nodes_from_pairs
+
+    if is_pair_layout(df):
+        nodes, edges = nodes_from_pairs(df, source)
+        return normalize_columns(nodes, source=source), edges
+    return normalize_columns(df, source=source), None
 
 
 def write_responses(df: pd.DataFrame, path: str | Path) -> Path:

@@ -1,0 +1,135 @@
+"""The SaGE authors' pair layout: one row per answer pair, read back into one row per node.
+
+    question_id, paraphrased_1, model_output_1, rot_1, paraphrased_2, model_output_2, rot_2,
+    bleu_model_output, rouge_model_output, cosine_model_output, ..., bleu_rot, ...
+
+(`q100_gpt_3.5_edges.csv` and the per-model files under `data/responses/` of priyanshul-govil/SaGE;
+`answer_1`/`answer_2`, `paraphrase_1`/`paraphrase_2` are read too.) The nodes of a question are
+its distinct (paraphrase, answer, RoT) triples in order of first appearance; every pair's two
+triples are nodes by construction. The pairs must form the complete graph on those nodes, each
+unordered pair once: a question where they do not is reported (`PairEdges.incomplete`) and its
+precomputed edges are not used. Numeric columns of the file are kept per node pair
+(`PairEdges`), so SGE can be built over a similarity the authors computed (`--sge-edges
+column:cosine_model_output`), e.g. with an encoder that is not available offline.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sage.errors import SageInputError
+
+_SIDES = {  # canonical text column -> accepted (first, second) column names
+    "answer": (("model_output_1", "model_output_2"), ("answer_1", "answer_2")),
+    "paraphrase": (("paraphrased_1", "paraphrased_2"), ("paraphrase_1", "paraphrase_2")),
+    "rot": (("rot_1", "rot_2"),),
+}
+
+
+def _columns(df: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    found = {}
+    for canon, options in _SIDES.items():
+        for a, b in options:
+            if a in df.columns and b in df.columns:
+                found[canon] = (a, b)
+                break
+    return found
+
+
+def is_pair_layout(df: pd.DataFrame) -> bool:
+    return "answer" in _columns(df)
+
+
+@dataclass
+class PairEdges:
+    """Numeric pair columns of a pair-layout file, per (model, question_id) and node pair."""
+
+    columns: list[str]
+    # keyed by (model, question_id); model is None when the file has no model column
+    values: dict[tuple[str | None, str], dict[tuple[int, int], dict[str, float]]] = field(default_factory=dict)
+    incomplete: dict[tuple[str | None, str], str] = field(default_factory=dict)  # -> why
+
+    def _key(self, model: str, qid: str) -> tuple[str | None, str]:
+        return (model, qid) if (model, qid) in self.values else (None, qid)
+
+    def problem(self, model: str, qid: str) -> str | None:
+        return self.incomplete.get(self._key(model, qid))
+
+    def similarity(self, column: str, model: str, qid: str, nodes) -> np.ndarray | None:
+        """The n x n similarity matrix of `column` over `nodes` (node ids, in row order), with 1 on
+        the diagonal; None where the question's pairs are incomplete or a value is missing."""
+        key = self._key(model, qid)
+        if key in self.incomplete:
+            return None
+        pairs = self.values.get(key, {})
+        n = len(nodes)
+        mat = np.eye(n)
+        for i in range(n):
+            for j in range(i + 1, n):
+                value = pairs.get((min(nodes[i], nodes[j]), max(nodes[i], nodes[j])), {}).get(column)
+                if value is None or not math.isfinite(value):
+                    return None
+                mat[i, j] = mat[j, i] = value
+        return mat
+
+
+def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairEdges]:
+    """One row per node (question_id, [model,] paraphrase_id, paraphrase, sample, answer, rot,
+    node) and the pair values. Node ids are 0-based per question; `paraphrase_id` numbers the
+    distinct paraphrases, `sample` the nodes that share one."""
+    cols = _columns(df)
+    if "question_id" not in df.columns:
+        raise SageInputError(f"{source}: a pair-layout file needs a 'question_id' column (found {list(df.columns)}); "
+                             "add the id of each pair's question")
+    texts = [c for c in ("paraphrase", "answer", "rot") if c in cols]
+    used = {c for pair in cols.values() for c in pair} | {"question_id", "model", "question"}
+    numeric = [c for c in df.columns if c not in used and pd.api.types.is_numeric_dtype(df[c])]
+    has_model = "model" in df.columns
+    edges = PairEdges(columns=numeric)
+    rows = []
+    for key, g in df.groupby(["model", "question_id"] if has_model else ["question_id"], sort=False):
+        model, qid = (str(key[0]), str(key[1])) if has_model else (None, str(key[0] if isinstance(key, tuple)
+                                                                              else key))
+        nodes: dict[tuple, int] = {}
+        pairs: dict[tuple[int, int], dict[str, float]] = {}
+        problem = None
+        for pos, r in zip(g.index, g.itertuples(index=False)):
+            ends = []
+            for side in (0, 1):
+                triple = tuple(_text(getattr(r, cols[c][side])) for c in texts)
+                ends.append(nodes.setdefault(triple, len(nodes)))
+            a, b = sorted(ends)
+            if a == b:
+                problem = problem or f"row {pos + 2} pairs a node with itself"
+            elif (a, b) in pairs:
+                problem = problem or f"row {pos + 2} repeats the pair of nodes {a} and {b}"
+            pairs[(a, b)] = {c: float(getattr(r, c)) for c in numeric}
+        n = len(nodes)
+        if problem is None and len(pairs) != n * (n - 1) // 2:
+            problem = f"{len(pairs)} pairs for {n} nodes, not the {n * (n - 1) // 2} of a complete graph"
+        if problem is not None:
+            edges.incomplete[(model, qid)] = problem
+        edges.values[(model, qid)] = pairs
+        extra = {"question": str(g["question"].iloc[0])} if "question" in g.columns else {}
+        if has_model:
+            extra["model"] = model
+        para_ids: dict[str, int] = {}
+        per_para: dict[str, int] = {}
+        for triple, node in nodes.items():
+            values = dict(zip(texts, triple))
+            para = values.get("paraphrase", "")
+            row = {"question_id": qid, **extra, "paraphrase_id": para_ids.setdefault(para, len(para_ids) + 1),
+                   "sample": per_para.get(para, 0), **values, "node": node}
+            per_para[para] = row["sample"] + 1
+            rows.append(row)
+    return pd.DataFrame(rows), edges
+
+
+def _text(value) -> str:
+    """Cell text; a missing cell is "" so the usual empty-text checks report it."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
