@@ -148,3 +148,22 @@ def test_correlate_without_flag_is_one_error_line(study):
                     "--out", tmp / "corr_fail")
     assert_clean_error(proc, "q100_human_eval.csv", f"row {first + 2}:", "model_output_1 not found",
                        f"question {str(sheet.question_id.iloc[first])!r}", "--ignore-unknown")
+
+
+def test_edges_file_with_labels_matches_answers_and_rots(quality100, tmp_path):
+    """The authors' edges file itself (paraphrases, answers, RoTs and pair metrics side by side) with labels."""
+    from sage.annotation.importer import read_labels
+    from sage.data.responses import read_responses
+
+    edges = pd.read_csv(quality100 / "q100_gpt_3.5_edges.csv")
+    responses = read_responses(quality100 / "q100_gpt_3.5_rot.csv")
+    rng = np.random.default_rng(7)
+    sheet = edges.assign(**{name: rng.choice(["Yes", "no", "TRUE", "0", ""], size=len(edges)) for name in ANNOTATORS})
+    sheet.to_csv(tmp_path / "edges_labelled.csv", index=False)
+    blanks = int((sheet[list(ANNOTATORS)] == "").sum().sum())
+    for kind in ("answer", "rot"):
+        got = read_labels(tmp_path / "edges_labelled.csv", responses=responses, kind=kind)
+        assert got.counts["annotator_columns"] == list(ANNOTATORS) and "columns_left_out" not in got.counts
+        assert got.counts["matched_by_text"] == 1000 and got.counts["unmatched"]["rows"] == 0
+        assert got.labels.pair_id.str.startswith(f"{kind}-").all()
+        assert len(got.labels) == 3 * 1000 - blanks and got.scheme == "binary"

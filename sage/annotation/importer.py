@@ -148,11 +148,15 @@ def _from_labelstudio(path: Path, counts: Counter) -> list[_Raw]:
     return raws
 
 
-def _pair_fields(rec: dict) -> tuple[dict[str, Any], tuple[str, str]]:
-    """The pair columns of one record (texts under any alias) and the names of the text columns used."""
+def _pair_fields(rec: dict, kind: str = "answer") -> tuple[dict[str, Any], tuple[str, str]]:
+    """The pair columns of one record (texts under any alias) and the names of the text columns used.
+
+    A sheet with answers and RoTs side by side (model_output_1, rot_1, ...) gives its RoTs for kind rot."""
     pair = {k: rec.get(k) for k in ("pair_id", "content_hash", "model", "question_id", "kind", "question")}
     used = []
     for canon, aliases in TEXT_ALIASES.items():
+        if kind == "rot":
+            aliases = sorted(aliases, key=lambda a: not a.startswith("rot_"))
         name = next((a for a in aliases if rec.get(a) not in (None, "")), aliases[0])
         pair[canon] = rec.get(name)
         used.append(name)
@@ -182,7 +186,7 @@ def _annotator_columns(path: Path, cols: list[str], given: list[str] | None, cou
     return found
 
 
-def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None) -> list[_Raw]:
+def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None, kind: str) -> list[_Raw]:
     df = read_table(path)
     if df.empty:
         raise SageInputError(f"{path}: no rows; export the labels again")
@@ -191,7 +195,7 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
     if {"annotator", "label"} <= set(cols):  # long format
         for i, rec in enumerate(df.to_dict(orient="records")):
             where = f"{path}: {_line(path, i)}"
-            pair, used = _pair_fields(rec)
+            pair, used = _pair_fields(rec, kind)
             raws.append(_Raw(where, where, pair, str(rec["annotator"]), rec["label"], used))
         return raws
     if "labels" in cols:  # our JSONL with {"labels": {annotator: label}}
@@ -199,7 +203,7 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
             labels = rec.get("labels")
             if not isinstance(labels, dict):
                 raise SageInputError(f"{path}: line {i + 1}: 'labels' must be an object {{annotator: label}}")
-            pair, used = _pair_fields(rec)
+            pair, used = _pair_fields(rec, kind)
             for who, value in labels.items():
                 raws.append(_Raw(f"{path}: line {i + 1} annotator {who!r}", f"{path}: line {i + 1}", pair, str(who),
                                  value, used))
@@ -207,18 +211,18 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
     ann_cols = _annotator_columns(path, cols, annotator_columns, counts)
     counts["annotator_columns"] = ann_cols
     for i, rec in enumerate(df.to_dict(orient="records")):
-        pair, used = _pair_fields(rec)
+        pair, used = _pair_fields(rec, kind)
         for c in ann_cols:
             raws.append(_Raw(f"{path}: row {i + 2} column {c!r}", f"{path}: row {i + 2}", pair, str(c), rec[c], used))
     return raws
 
 
-def _read_raws(path: Path, counts: Counter, annotator_columns: list[str] | None) -> list[_Raw]:
+def _read_raws(path: Path, counts: Counter, annotator_columns: list[str] | None, kind: str) -> list[_Raw]:
     suffix = path.suffix.lower()
     if suffix == ".json":
         raws = _from_labelstudio(path, counts)
     elif suffix in (".csv", ".jsonl"):
-        raws = _from_table(path, counts, annotator_columns)
+        raws = _from_table(path, counts, annotator_columns, kind)
     else:
         raise SageInputError(f"{path}: unknown labels format {suffix!r}; use .json (Label Studio), .csv or .jsonl")
     if not raws:
@@ -364,7 +368,7 @@ def read_labels(
 
     path = Path(path)
     counts: Counter = Counter()
-    raws = _read_raws(path, counts, annotator_columns)
+    raws = _read_raws(path, counts, annotator_columns, kind)
     n_read = len(raws)
     scheme = _choose_scheme(raws, scheme, path)
     manifest = _to_manifest(pairs) if pairs is not None else None

@@ -75,7 +75,7 @@ class TextIndex:
                     found[(m, q)] = pair_id(m, q, self.kind, k1, k2)
         if not found:
             missing = [c for c, h in zip(columns, (hits_a, hits_b)) if not h]
-            what = " and ".join(missing) if missing else f"{columns[0]} and {columns[1]} as two different responses"
+            what = " and ".join(missing) if missing else f"{columns[0]} and {columns[1]} together (two responses of one question)"
             return Miss(f"{what} not found among the {self.kind} texts of {where} in the responses")
         if len(found) > 1:
             named = ", ".join(f"{m}/{q}" for m, q in list(found)[:3])
