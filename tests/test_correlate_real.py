@@ -7,20 +7,15 @@ correlate strongly with the per-question mean ROUGE-L the scorer reports.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from cli_helpers import run_sage
 
 
 def _sage(*args):
-    proc = subprocess.run([sys.executable, "-m", "sage", *map(str, args)], capture_output=True, text=True, cwd=REPO,
-                          timeout=900)
+    proc = run_sage(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -35,8 +30,10 @@ def test_score_annotate_correlate_report(quality100, tmp_path):
     run = tmp_path / "run"
     _sage("score", "--responses", tmp_path / "q10.csv", "--out", run, "--metrics", "sge,bleu,rouge_l",
           "--sge-edges", "cosine", "--n-boot", "200", "--no-progress")
-    if not (run / "responses.csv").is_file():  # older `sage score` versions did not copy the table
-        df.assign(model="q10").to_csv(run / "responses.csv", index=False)
+    # `sage correlate` rebuilds the pairs from the responses.csv that `sage score` wrote into the run.
+    written = pd.read_csv(run / "responses.csv")
+    assert len(written) == len(df) and set(written.model) == {"q10"}
+    assert sorted(zip(written.question_id, written.answer)) == sorted(zip(df.question_id, df.model_output))
     _sage("annotate", "export", tmp_path / "q10.csv", "--out", tmp_path / "exp", "--seed", "1")
     pairs = pd.read_csv(tmp_path / "exp" / "pairs.csv", dtype=str, keep_default_na=False)
     assert len(pairs) == 100 and set(pairs.model) == {"q10"}
@@ -48,8 +45,7 @@ def test_score_annotate_correlate_report(quality100, tmp_path):
         noisy = high ^ (rng.random(len(high)) < flip)
         pairs[name] = np.where(noisy, "entailment", "contradiction")
     pairs.to_csv(tmp_path / "filled.csv", index=False)
-    _sage("correlate", run, "--labels", tmp_path / "filled.csv", "--pairs", tmp_path / "exp" / "pairs.csv",
-          "--n-boot", "200", "--definition", "entail")
+    _sage("correlate", run, "--labels", tmp_path / "filled.csv", "--n-boot", "200", "--definition", "entail")
     res = json.loads((run / "correlation" / "correlation.json").read_text())
     by = {(r["metric"], r["method"]): r for r in res["correlations"]}
     assert res["counts"]["questions_joined"] == 10

@@ -2,21 +2,26 @@
 annotator, long CSV/JSONL (pair_id, annotator, label) and our pairs JSONL with a `labels` object.
 
 Everything is reduced to one long table `pair_id, annotator, label, where` plus counts. Blank cells
-and cancelled Label Studio annotations are skips (counted per annotator). Unknown pair ids, content
-hash mismatches, unreadable labels and conflicting duplicates raise `SageInputError` naming the row;
+(`NA`, `-`, empty) and cancelled Label Studio annotations are skips (counted per annotator). Rows are
+tied to pairs by pair id (checked against the export's ids and content hashes) or, without one, by
+their texts (see `sage.annotation.matching`). A row that matches no pair stops the import with one
+line naming file, row and column, or with `ignore_unknown` is skipped and counted with its question
+id. Unreadable labels and conflicting duplicates raise `SageInputError` naming the row and column;
 identical duplicates are collapsed and counted. Nothing is dropped without being counted.
 """
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sage.annotation.labels import check_scheme, detect_scheme, normalise_label
-from sage.annotation.pairs import PAIR_COLUMNS, match_by_text
+from sage.annotation.labels import SCHEMES, check_scheme, detect_scheme, fits_scheme, normalise_label
+from sage.annotation.matching import Miss, TextIndex, check_against_pairs, is_local, local_pair_id, question_sort_key
+from sage.annotation.pairs import PAIR_COLUMNS
 from sage.data import files
 from sage.errors import SageInputError
 
@@ -26,12 +31,32 @@ log = logging.getLogger(__name__)
 META_COLUMNS = set(PAIR_COLUMNS) | {
     "id", "task_id", "paraphrase_score", "annotation_id", "created_at", "updated_at", "lead_time",
     "prediction", "prediction_score", "notes", "comment", "comments", "sample", "paraphrase_id",
+    "paraphrase", "paraphrased", "score",
 }
 TEXT_ALIASES = {
     "text_a": ("text_a", "model_output_1", "answer_1", "answer_a", "response_1", "rot_1"),
     "text_b": ("text_b", "model_output_2", "answer_2", "answer_b", "response_2", "rot_2"),
 }
 META_COLUMNS |= {a for v in TEXT_ALIASES.values() for a in v} | {"paraphrased_1", "paraphrased_2"}
+# The SaGE authors' pair-metric columns (bleu_model_output, cosine_rot, ...) are not annotators either.
+_PAIR_METRIC = re.compile(r"^(?:bleu|rouge\w*|bert\w*|cosine|sge)_(?:model_output|rot|answer)\w*$", re.IGNORECASE)
+# Names that say "annotator": ann1..annN, annotator_alice, rater 2, judge_b, coder3, labeler1, worker_7.
+_ANNOTATOR_NAME = re.compile(r"^(?:ann|annotator|rater|judge|coder|label+er|worker)(?:[\s_-]*\d+|[\s_-]+\w+)?$", re.IGNORECASE)
+
+
+def detect_annotator_columns(columns: list[str]) -> tuple[list[str], list[str]]:
+    """(annotator columns, other columns left out) of a wide table.
+
+    Columns named like annotators (ann1, annotator_x, rater2, ...) are used when there are any, and
+    the remaining non-pair columns are left out; otherwise every column that does not describe the
+    pair holds one annotator's labels.
+    """
+    candidates = [c for c in map(str, columns)
+                  if c not in META_COLUMNS and not _PAIR_METRIC.match(c) and not c.startswith("Unnamed")]
+    named = [c for c in candidates if _ANNOTATOR_NAME.match(c)]
+    if named:
+        return named, [c for c in candidates if c not in named]
+    return candidates, []
 
 
 @dataclass
@@ -49,10 +74,13 @@ class LabelSet:
 
 @dataclass
 class _Raw:
-    where: str
+    where: str  # file, row and column of the label (label errors)
+    row: str  # file and row (pair errors: one row holds several annotators' labels)
     pair: dict[str, Any]  # pair_id (maybe None), content_hash, text_a, text_b, model, question_id, kind ...
     annotator: str
     value: Any  # raw label; None = skipped/cancelled
+    columns: tuple[str, str] = ("text_a", "text_b")  # the file's columns that hold text_a, text_b
+    miss: Miss | None = None  # set when the row matches no pair
 
 
 def _load_json(path: Path) -> Any:
@@ -101,30 +129,38 @@ def _from_labelstudio(path: Path, counts: Counter) -> list[_Raw]:
         if "annotations" not in task and "data" not in task:  # JSON_MIN: one flat record per task
             pair = {k: task.get(k) for k in ("pair_id", "content_hash", "text_a", "text_b", "model", "question_id", "kind")}
             value = task.get("label")
-            raws.append(_Raw(where, pair, str(task.get("annotator", "unknown")), value))
+            raws.append(_Raw(where, where, pair, str(task.get("annotator", "unknown")), value))
             continue
         pair = dict(task.get("data") or {})
         anns = task.get("annotations") or task.get("completions") or []
         if not anns:
             counts["tasks_without_annotations"] += 1
-            raws.append(_Raw(where, pair, "", None))
+            raws.append(_Raw(where, where, pair, "", None))
             continue
         for a, ann in enumerate(anns):
             w = f"{where} annotation {a + 1}"
             who = _ls_annotator(ann)
             if ann.get("was_cancelled"):
                 counts["cancelled"] += 1
-                raws.append(_Raw(w, pair, who, None))
+                raws.append(_Raw(w, where, pair, who, None))
                 continue
-            raws.append(_Raw(w, pair, who, _ls_choice(ann.get("result") or [], w)))
+            raws.append(_Raw(w, where, pair, who, _ls_choice(ann.get("result") or [], w)))
     return raws
 
 
-def _pair_fields(rec: dict) -> dict[str, Any]:
+def _pair_fields(rec: dict, kind: str = "answer") -> tuple[dict[str, Any], tuple[str, str]]:
+    """The pair columns of one record (texts under any alias) and the names of the text columns used.
+
+    A sheet with answers and RoTs side by side (model_output_1, rot_1, ...) gives its RoTs for kind rot."""
     pair = {k: rec.get(k) for k in ("pair_id", "content_hash", "model", "question_id", "kind", "question")}
+    used = []
     for canon, aliases in TEXT_ALIASES.items():
-        pair[canon] = next((rec[a] for a in aliases if rec.get(a) not in (None, "")), None)
-    return {k: (None if v == "" else v) for k, v in pair.items()}
+        if kind == "rot":
+            aliases = sorted(aliases, key=lambda a: not a.startswith("rot_"))
+        name = next((a for a in aliases if rec.get(a) not in (None, "")), aliases[0])
+        pair[canon] = rec.get(name)
+        used.append(name)
+    return {k: (None if v == "" else v) for k, v in pair.items()}, (used[0], used[1])
 
 
 def _line(path: Path, i: int) -> str:
@@ -132,7 +168,25 @@ def _line(path: Path, i: int) -> str:
     return f"line {i + 1}" if path.suffix.lower() == ".jsonl" else f"row {i + 2}"
 
 
-def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None) -> list[_Raw]:
+def _annotator_columns(path: Path, cols: list[str], given: list[str] | None, counts: Counter) -> list[str]:
+    if given:
+        missing = [c for c in given if c not in cols]
+        if missing:
+            raise SageInputError(f"{path}: annotator column(s) {missing} not found; columns are {cols}")
+        return list(given)
+    found, left_out = detect_annotator_columns(cols)
+    if not found:
+        raise SageInputError(
+            f"{path}: no annotator columns; add one column per annotator (e.g. ann1, ann2, ...; any name other "
+            f"than the pair columns {sorted(PAIR_COLUMNS)}) or pass --annotator-columns"
+        )
+    if left_out:
+        counts["columns_left_out"] = left_out
+        log.info("%s: annotator columns %s; other columns left out: %s", path, found, left_out)
+    return found
+
+
+def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None, kind: str) -> list[_Raw]:
     df = read_table(path)
     if df.empty:
         raise SageInputError(f"{path}: no rows; export the labels again")
@@ -140,33 +194,39 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
     raws: list[_Raw] = []
     if {"annotator", "label"} <= set(cols):  # long format
         for i, rec in enumerate(df.to_dict(orient="records")):
-            raws.append(_Raw(f"{path}: {_line(path, i)}", _pair_fields(rec), str(rec["annotator"]), rec["label"]))
+            where = f"{path}: {_line(path, i)}"
+            pair, used = _pair_fields(rec, kind)
+            raws.append(_Raw(where, where, pair, str(rec["annotator"]), rec["label"], used))
         return raws
     if "labels" in cols:  # our JSONL with {"labels": {annotator: label}}
         for i, rec in enumerate(df.to_dict(orient="records")):
             labels = rec.get("labels")
             if not isinstance(labels, dict):
                 raise SageInputError(f"{path}: line {i + 1}: 'labels' must be an object {{annotator: label}}")
+            pair, used = _pair_fields(rec, kind)
             for who, value in labels.items():
-                raws.append(_Raw(f"{path}: line {i + 1} annotator {who!r}", _pair_fields(rec), str(who), value))
+                raws.append(_Raw(f"{path}: line {i + 1} annotator {who!r}", f"{path}: line {i + 1}", pair, str(who),
+                                 value, used))
         return raws
-    if annotator_columns:
-        missing = [c for c in annotator_columns if c not in cols]
-        if missing:
-            raise SageInputError(f"{path}: annotator column(s) {missing} not found; columns are {cols}")
-        ann_cols = list(annotator_columns)
-    else:
-        ann_cols = [c for c in cols if c not in META_COLUMNS and not str(c).startswith("Unnamed")]
-    if not ann_cols:
-        raise SageInputError(
-            f"{path}: no annotator columns; add one column per annotator (any name other than {sorted(PAIR_COLUMNS)}) "
-            f"or pass --annotator-columns"
-        )
+    ann_cols = _annotator_columns(path, cols, annotator_columns, counts)
     counts["annotator_columns"] = ann_cols
     for i, rec in enumerate(df.to_dict(orient="records")):
-        pair = _pair_fields(rec)
+        pair, used = _pair_fields(rec, kind)
         for c in ann_cols:
-            raws.append(_Raw(f"{path}: row {i + 2} column {c!r}", pair, str(c), rec[c]))
+            raws.append(_Raw(f"{path}: row {i + 2} column {c!r}", f"{path}: row {i + 2}", pair, str(c), rec[c], used))
+    return raws
+
+
+def _read_raws(path: Path, counts: Counter, annotator_columns: list[str] | None, kind: str) -> list[_Raw]:
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        raws = _from_labelstudio(path, counts)
+    elif suffix in (".csv", ".jsonl"):
+        raws = _from_table(path, counts, annotator_columns, kind)
+    else:
+        raise SageInputError(f"{path}: unknown labels format {suffix!r}; use .json (Label Studio), .csv or .jsonl")
+    if not raws:
+        raise SageInputError(f"{path}: no tasks or rows found")
     return raws
 
 
@@ -174,74 +234,102 @@ def _to_manifest(pairs) -> dict[str, dict]:
     return {str(r["pair_id"]): r for r in pairs.to_dict(orient="records")}
 
 
-def read_labels(
-    path: Path,
-    pairs=None,
-    responses=None,
-    scheme: str | None = None,
-    annotator_columns: list[str] | None = None,
-    ignore_unknown: bool = False,
-    kind: str = "answer",
-    model: str | None = None,
-) -> LabelSet:
-    """Read one labels file. `pairs`: the exported pairs table (checks ids and hashes);
-    `responses`: the responses table, used to match rows that carry texts but no pair ids."""
-    import pandas as pd
+def _choose_scheme(raws: list[_Raw], scheme: str | None, path: Path) -> str:
+    """The given scheme, or the one every label fits; else one line naming the first cell that fits neither."""
+    if scheme is not None:
+        return check_scheme(scheme)
+    try:
+        return detect_scheme([r.value for r in raws], str(path))
+    except SageInputError:
+        best = max(SCHEMES, key=lambda s: sum(fits_scheme(r.value, s) for r in raws))
+        for r in raws:
+            normalise_label(r.value, best, r.where)  # raises at the first label that is not a `best` label
+        raise
 
-    path = Path(path)
-    counts: Counter = Counter()
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        raws = _from_labelstudio(path, counts)
-    elif suffix in (".csv", ".jsonl"):
-        raws = _from_table(path, counts, annotator_columns)
-    else:
-        raise SageInputError(f"{path}: unknown labels format {suffix!r}; use .json (Label Studio), .csv or .jsonl")
-    if not raws:
-        raise SageInputError(f"{path}: no tasks or rows found")
-    manifest = _to_manifest(pairs) if pairs is not None else None
 
-    # Pair ids for rows that only carry texts (outside files).
-    need = [r for r in raws if not r.pair.get("pair_id")]
-    if need:
-        if any(not (r.pair.get("text_a") and r.pair.get("text_b")) for r in need):
-            bad = next(r for r in need if not (r.pair.get("text_a") and r.pair.get("text_b")))
-            raise SageInputError(f"{bad.where}: no pair_id and no text_a/text_b; add the pair_id column from the export")
-        if responses is None:
-            raise SageInputError(f"{need[0].where}: rows have texts but no pair_id; pass --responses to match them by text")
-        uniq = {(r.pair["text_a"], r.pair["text_b"]) for r in need}
-        frame = pd.DataFrame(sorted(uniq), columns=["text_a", "text_b"])
-        ids = dict(zip(map(tuple, frame.values.tolist()), match_by_text(frame, responses, kind, model, str(path))))
-        for r in need:
-            r.pair["pair_id"] = ids[(r.pair["text_a"], r.pair["text_b"])]
-        counts["matched_by_text"] = len(uniq)
+def _needs_text_match(r: _Raw, have_responses: bool) -> bool:
+    pid = r.pair.get("pair_id")
+    return not pid or (is_local(pid) and have_responses)
 
-    if scheme is None:
-        scheme = detect_scheme([r.value for r in raws], str(path))
-    check_scheme(scheme)
 
+def _match_texts(rows: list[_Raw], responses, kind: str, model: str | None, counts: Counter) -> None:
+    """Pair ids for rows that carry texts but no pair id: from the responses, else local ids."""
+    bad = next((r for r in rows if not (r.pair.get("text_a") and r.pair.get("text_b"))), None)
+    if bad is not None:
+        raise SageInputError(f"{bad.row}: no pair_id and no texts ({bad.columns[0]}, {bad.columns[1]}); "
+                             f"add the pair_id column from the export or the two answer texts")
+    index = TextIndex(responses, kind, model) if responses is not None else None
+    found: dict[tuple, str | Miss] = {}
+    for r in rows:
+        key = (r.pair.get("question_id"), r.pair["text_a"], r.pair["text_b"])
+        if key not in found:
+            found[key] = index.match(*key, columns=r.columns) if index else local_pair_id(*key)
+        hit = found[key]
+        if isinstance(hit, Miss):
+            if hit.ambiguous:
+                raise SageInputError(f"{r.row}: {hit.reason}")
+            r.miss = hit
+        else:
+            r.pair["pair_id"] = hit
+    ok = len({v for v in found.values() if not isinstance(v, Miss)})  # distinct pairs
+    counts["matched_by_text" if index is not None else "local_pair_ids"] = ok
+
+
+def _resolve_pairs(raws: list[_Raw], manifest, responses, kind: str, model: str | None, counts: Counter) -> None:
+    """Give every raw a pair id, or a `Miss` saying why it has none."""
+    text_rows = [r for r in raws if _needs_text_match(r, responses is not None)]
+    if text_rows:
+        if responses is None and manifest is not None:
+            raise SageInputError(f"{text_rows[0].row}: rows have texts but no pair_id; "
+                                 f"pass --responses to match them by text")
+        _match_texts(text_rows, responses, kind, model, counts)
+    if manifest is not None:
+        for r in raws:
+            if r.miss is None:
+                r.miss = check_against_pairs(str(r.pair["pair_id"]), r.pair.get("content_hash"), manifest)
+
+
+def _drop_unmatched(raws: list[_Raw], ignore_unknown: bool, counts: Counter) -> list[_Raw]:
+    """Stop at the first row that matches no pair, or (ignore_unknown) skip and count all of them."""
+    missed = [r for r in raws if r.miss is not None]
+    rows: dict[str, _Raw] = {}
+    for r in missed:
+        rows.setdefault(r.row, r)  # file order; one entry per row whatever its number of annotators
+    qids = {str(r.pair["question_id"]) for r in missed if r.pair.get("question_id") not in (None, "")}
+    counts["unmatched"] = {
+        "rows": len(rows), "cells": sum(1 for r in missed if r.annotator),
+        "question_ids": sorted(qids, key=question_sort_key),
+        "examples": [f"{row}: {r.miss.reason}" for row, r in list(rows.items())[:5]],
+    }
+    if not missed:
+        return raws
+    if not ignore_unknown:
+        r = missed[0]
+        raise SageInputError(f"{r.row}: {r.miss.reason}; use the labels that belong to these pairs/responses, "
+                             f"or pass --ignore-unknown to skip and count such rows")
+    log.warning("skipped %s", unmatched_note(counts))
+    return [r for r in raws if r.miss is None]
+
+
+def unmatched_note(counts: dict[str, Any]) -> str | None:
+    """One line on the label rows skipped because they match no pair (None when there are none)."""
+    u = counts.get("unmatched") or {}
+    if not u.get("rows"):
+        return None
+    qids = u["question_ids"]
+    more = f" ... ({len(qids)} questions)" if len(qids) > 20 else ""
+    where = f"question_id {', '.join(qids[:20])}{more}" if qids else "no question_id given"
+    return f"{u['rows']} label rows ({u['cells']} label cells) that match no pair, {where}; first: {u['examples'][0]}"
+
+
+def _collect(raws: list[_Raw], scheme: str, counts: Counter):
+    """Long label rows, pair metadata seen, skipped (blank) labels per annotator."""
     seen: dict[tuple[str, str], tuple[str, str]] = {}
     meta: dict[str, dict] = {}
     skipped: Counter = Counter()
     rows = []
     for r in raws:
         pid = str(r.pair["pair_id"])
-        if manifest is not None:
-            ref = manifest.get(pid)
-            if ref is None:
-                if ignore_unknown:
-                    counts["unknown_pair_rows"] += 1
-                    continue
-                raise SageInputError(
-                    f"{r.where}: unknown pair id {pid!r} (not in the pairs file); use the labels that belong to "
-                    f"this export or pass --ignore-unknown to skip and count such rows"
-                )
-            h = r.pair.get("content_hash")
-            if h and str(h) != str(ref.get("content_hash")):
-                raise SageInputError(
-                    f"{r.where}: pair {pid!r}: content hash {h} differs from the pairs file "
-                    f"({ref.get('content_hash')}); the texts changed since export: re-export and re-annotate"
-                )
         meta.setdefault(pid, {k: v for k, v in r.pair.items() if v is not None and k in PAIR_COLUMNS})
         if not r.annotator:
             counts["unlabelled_rows"] += 1
@@ -261,6 +349,34 @@ def read_labels(
             continue
         seen[key] = (label, r.where)
         rows.append({"pair_id": pid, "annotator": r.annotator, "label": label, "where": r.where})
+    return rows, meta, skipped
+
+
+def read_labels(
+    path: Path,
+    pairs=None,
+    responses=None,
+    scheme: str | None = None,
+    annotator_columns: list[str] | None = None,
+    ignore_unknown: bool = False,
+    kind: str = "answer",
+    model: str | None = None,
+) -> LabelSet:
+    """Read one labels file. `pairs`: the exported pairs table (checks ids and hashes);
+    `responses`: the responses table, used to match rows that carry texts but no pair ids."""
+    import pandas as pd
+
+    path = Path(path)
+    counts: Counter = Counter()
+    raws = _read_raws(path, counts, annotator_columns, kind)
+    n_read = len(raws)
+    scheme = _choose_scheme(raws, scheme, path)
+    manifest = _to_manifest(pairs) if pairs is not None else None
+    _resolve_pairs(raws, manifest, responses, kind, model, counts)
+    raws = _drop_unmatched(raws, ignore_unknown, counts)
+    if not raws:
+        raise SageInputError(f"{path}: no label row matches a pair; first: {counts['unmatched']['examples'][0]}")
+    rows, meta, skipped = _collect(raws, scheme, counts)
     if not rows:
         raise SageInputError(f"{path}: every label is blank or cancelled; nothing to import")
     labels = pd.DataFrame(rows)
@@ -274,7 +390,7 @@ def read_labels(
     labelled = set(labels["pair_id"])
     counts = dict(counts)
     counts.update({
-        "rows_read": len(raws),
+        "rows_read": n_read,
         "labels": len(labels),
         "pairs_labelled": len(labelled),
         "pairs_seen_without_any_label": int(sum(1 for p in meta if p not in labelled)),

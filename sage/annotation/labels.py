@@ -67,6 +67,12 @@ def normalise_label(value: Any, scheme: str, where: str) -> str | None:
     return label
 
 
+def fits_scheme(value: Any, scheme: str) -> bool:
+    """True for a blank cell or a spelling of one of the scheme's labels."""
+    key = _key(value)
+    return key is None or key in _ALIASES[scheme]
+
+
 def detect_scheme(values: list[Any], where: str) -> str:
     """`nli` if every non-blank value is an NLI spelling, else `binary` if all are binary spellings."""
     keys = {k for k in (_key(v) for v in values) if k is not None}

@@ -56,7 +56,8 @@ class PairSet:
     max_pairs: int | None = None
 
 
-def _prepare(responses, source: str):
+def prepare_responses(responses, source: str):
+    """A copy with defaults for the optional columns and a response key `_key`; refuses repeated keys."""
     import pandas as pd
 
     df = responses.copy()
@@ -108,7 +109,7 @@ def build_pairs(
     for kind in kinds:
         if kind not in KINDS:
             raise SageInputError(f"unknown pair kind {kind!r}; use answer or rot")
-    df = _prepare(responses, source)
+    df = prepare_responses(responses, source)
     if "rot" in kinds and "rot" not in df.columns:
         raise SageInputError(f"{source}: RoT pairs requested but the table has no 'rot' column; drop --rot")
     rows: list[dict[str, Any]] = []
@@ -144,41 +145,3 @@ def build_pairs(
     if not rows:
         raise SageInputError(f"{source}: no pairs: every question has fewer than two non-blank {'/'.join(kinds)} texts")
     return PairSet(pd.DataFrame(rows, columns=PAIR_COLUMNS), counts, seed, max_pairs)
-
-
-def match_by_text(frame, responses, kind: str = "answer", model: str | None = None, source: str = "labels"):
-    """Pair ids for rows of `frame` (columns text_a, text_b) found among the responses' texts.
-
-    A row matches the (model, question_id) whose responses contain both texts (whitespace-normalised).
-    Raises SageInputError naming the first row that matches nothing or several questions.
-    """
-    df = _prepare(responses, "responses")
-    if model is not None:
-        df = df[df["model"] == model]
-    col = KINDS[kind]
-    index: dict[str, list[tuple[str, Any, str, str]]] = {}
-    for m, q, k, t in zip(df["model"], df["question_id"], df["_key"], df[col]):
-        if isinstance(t, str) and t.strip():
-            index.setdefault(normalise_text(t), []).append((m, q, k, t))
-    ids = []
-    for row, (a, b) in enumerate(zip(frame["text_a"], frame["text_b"])):
-        hits_a, hits_b = index.get(normalise_text(a), []), index.get(normalise_text(b), [])
-        found = {}
-        for m, q, ka, ta in hits_a:
-            for m2, q2, kb, tb in hits_b:
-                if (m, q) == (m2, q2) and ka != kb:
-                    k1, k2 = sorted([ka, kb])
-                    found[(m, q)] = pair_id(m, q, kind, k1, k2)
-        if not found:
-            which = "text_a" if not hits_a else ("text_b" if not hits_b else "text_a and text_b together")
-            raise SageInputError(
-                f"{source}: row {row + 1}: {which} not found among the {kind} texts of the responses; "
-                f"check that the labels belong to this run (or pass pair ids)"
-            )
-        if len(found) > 1:
-            raise SageInputError(
-                f"{source}: row {row + 1}: the texts occur in {len(found)} questions/models "
-                f"({', '.join(f'{m}/{q}' for m, q in list(found)[:3])}); pass --model to choose one"
-            )
-        ids.append(next(iter(found.values())))
-    return ids

@@ -103,7 +103,8 @@ _import_options = [
                  help="Responses table to match rows without pair ids by their texts."),
     click.option("--scheme", type=click.Choice(["auto", "nli", "binary"]), default="auto", show_default=True),
     click.option("--annotator-columns", default=None, help="Comma-separated annotator columns of a wide CSV."),
-    click.option("--ignore-unknown", is_flag=True, help="Skip (and count) pair ids missing from --pairs."),
+    click.option("--ignore-unknown", is_flag=True,
+                 help="Skip and count label rows that match no pair (unknown id, changed hash, texts not found)."),
     click.option("--kind", type=click.Choice(["answer", "rot"]), default="answer", show_default=True,
                  help="Which texts rows without pair ids are matched against."),
     click.option("--model", default=None, help="Restrict text matching to this model."),
@@ -135,9 +136,18 @@ def import_cmd(labels, pairs, responses, scheme, annotator_columns, ignore_unkno
     c = ls.counts
     click.echo(f"{c['labels']} {ls.scheme} labels from {len(ls.annotators)} annotators on {c['pairs_labelled']} pairs; "
                f"skipped cells {sum(c['skipped_by_annotator'].values())}, cancelled {c.get('cancelled', 0)}, "
-               f"duplicates collapsed {c.get('duplicates_collapsed', 0)}, unknown ids skipped "
-               f"{c.get('unknown_pair_rows', 0)}, unlabelled pairs {c.get('pairs_seen_without_any_label', 0)}")
+               f"duplicates collapsed {c.get('duplicates_collapsed', 0)}, unmatched rows skipped "
+               f"{c['unmatched']['rows']}, unlabelled pairs {c.get('pairs_seen_without_any_label', 0)}")
+    _echo_unmatched(c)
     click.echo(f"  labels: {out}\n  report: {rpath}")
+
+
+def _echo_unmatched(counts) -> None:
+    from sage.annotation.importer import unmatched_note
+
+    note = unmatched_note(counts)
+    if note:
+        click.echo(f"skipped {note}")
 
 
 @command.command("agreement")
@@ -159,3 +169,4 @@ def agreement_cmd(labels, pairs, responses, scheme, annotator_columns, ignore_un
         out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
         out.with_suffix(".md").write_text(md, encoding="utf-8")
     click.echo(md)
+    _echo_unmatched(ls.counts)

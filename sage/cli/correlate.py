@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
               help="Responses table for ids and text matching (default RUN_DIR/responses.csv).")
 @click.option("--scheme", type=click.Choice(["auto", "nli", "binary"]), default="auto", show_default=True)
 @click.option("--annotator-columns", default=None, help="Comma-separated annotator columns of a wide CSV.")
-@click.option("--ignore-unknown", is_flag=True, help="Skip (and count) labels whose pair ids are unknown.")
+@click.option("--ignore-unknown", is_flag=True,
+              help="Skip and count label rows that match no pair (unknown id, changed hash, texts not found).")
 @click.option("--definition", type=click.Choice(["entail", "not-contradict", "graded"]), default="entail",
               show_default=True, help="Which NLI labels count as consistent (see sage.annotation.correlation).")
 @click.option("--aggregate", type=click.Choice(["mean", "majority"]), default="mean", show_default=True,
@@ -44,7 +45,7 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
             kind, model, metrics, methods, compares, primary, min_pairs, n_boot, seed, out_dir):
     """Spearman/Kendall/Pearson of human consistency with each metric, bootstrap CIs, paired tests."""
     from sage.annotation.correlation import correlation_markdown, metric_columns, read_questions, run_correlation
-    from sage.annotation.importer import read_labels, read_pairs
+    from sage.annotation.importer import read_labels, read_pairs, unmatched_note
     from sage.annotation.pairs import build_pairs
     from sage.data.responses import read_responses
     from sage.errors import SageInputError
@@ -79,11 +80,14 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
                              tuple(methods) or ("spearman", "kendall", "pearson"), n_boot, seed, min_pairs,
                              comparisons, primary)
     result.update({"run_dir": str(run_dir), "labels": str(labels_path), "scheme": ls.scheme,
-                   "import_counts": ls.counts})
+                   "skipped_label_rows": ls.counts["unmatched"], "import_counts": ls.counts})
     out_dir = out_dir or (run_dir / "correlation")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "correlation.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
     md = correlation_markdown(result)
+    note = unmatched_note(ls.counts)
+    if note:
+        md += f"\nSkipped (--ignore-unknown): {note}.\n"
     (out_dir / "correlation.md").write_text(md, encoding="utf-8")
     click.echo(md)
     click.echo(f"written: {out_dir / 'correlation.json'}, {out_dir / 'correlation.md'}")
