@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from sage.cli.options import DTYPE_CHOICES
+
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
 
 
@@ -21,6 +23,9 @@ def _common(f):
         click.option("--max-new-tokens", default=None, type=click.IntRange(min=1), help="Tokens per generation."),
         click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
         click.option("--device", default=None, help="cpu or cuda (default: cuda when available)."),
+        click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
+                     help="Model weights' dtype: auto = bfloat16 on CUDA, float32 on CPU."),
+        click.option("--device-map", default=None, help="'auto' spreads a large model over the GPUs (accelerate)."),
         click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
                      help="openai: requests in flight."),
         click.option("--max-retries", default=5, show_default=True, type=click.IntRange(min=0)),
@@ -40,7 +45,7 @@ def _common(f):
 def _config(common: dict, **fields):
     from sage.pipeline import PipelineConfig
 
-    keys = ("base_urls", "seed", "batch_size", "device", "concurrency", "max_retries", "timeout",
+    keys = ("base_urls", "seed", "batch_size", "device", "dtype", "device_map", "concurrency", "max_retries", "timeout",
             "tensor_parallel_size", "cache_path", "out_dir")
     return PipelineConfig(**{k: common[k] for k in keys}, **fields)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from sage.cli.options import csv_list
+from sage.cli.options import csv_list, precision_options
 
 
 def _print_summary(summary: dict) -> None:
@@ -37,13 +37,14 @@ def _print_summary(summary: dict) -> None:
 
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, max_new_tokens, seed, device, out):
+              min_parascore, max_new_tokens, seed, device, dtype, device_map, out):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.pipeline import PipelineConfig, run_pipeline
 
     options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
-                   rot_model=rot_model, seed=seed, device=device, out_dir=str(out),
+                   rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
+                   out_dir=str(out),
                    answer_max_new_tokens=max_new_tokens)
     if min_parascore is not None:
         options["min_parascore"] = min_parascore
@@ -84,10 +85,11 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generation and the bootstrap.")
 @click.option("--n-boot", type=int, default=2000, show_default=True, help="Bootstrap resamples for the CIs.")
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
+@precision_options
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 def command(responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
-            model_name, skip_invalid, out, seed, n_boot, device, no_progress):
+            model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, no_progress):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -121,7 +123,7 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
         model = model or "smollm2-135m"
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-                       rot_model, min_parascore, max_new_tokens, seed, device, out)
+                       rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out)
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two
         # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.
