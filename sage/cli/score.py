@@ -102,6 +102,10 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
 
+    if no_progress:  # every bar, the generation stages' and the libraries' included (tqdm reads it)
+        import os
+
+        os.environ["TQDM_DISABLE"] = "1"
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
