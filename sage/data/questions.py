@@ -17,14 +17,41 @@ def demo_questions_path() -> Path:
     return Path(str(resources.files("sage").joinpath("resources/demo_questions.csv")))
 
 
+def questions_path(value: str | Path) -> Path:
+    """A questions file: an existing path, or a registered question set (`sage data list`),
+    downloaded into the sage cache when missing and online."""
+    path = Path(value).expanduser()
+    if path.exists():
+        return path
+    from sage.data.registry import QUESTION_SETS
+
+    name = str(value)
+    if name not in QUESTION_SETS:
+        raise SageInputError(
+            f"questions {name!r}: no such file, and not a question set ({', '.join(QUESTION_SETS.names())}); "
+            "pass a questions file (question_id, question) or one of those names (`sage data list`)"
+        )
+    from sage.data.download import ensure_dataset
+
+    qs = QUESTION_SETS.get(name)
+    return ensure_dataset(qs.dataset, files=[qs.file], hint=", or pass --questions FILE") / qs.file
+
+
+# The SaGE authors' column names for paraphrases and their ParaScore.
+_AUTHOR_COLUMNS = {"paraphrased": "paraphrase", "score": "paraphrase_score"}
+
+
 def read_questions(path: str | Path | None = None):
     """Questions as a DataFrame with string `question_id`, `question` and, if the file has
-    them, user-supplied paraphrases in `paraphrase` (one row per paraphrase).
+    them, user-supplied paraphrases in `paraphrase` (one row per paraphrase; the authors'
+    `paraphrased`/`score` columns are read as `paraphrase`/`paraphrase_score`).
 
     No path: the built-in demo set of moral questions.
     """
     path = Path(path) if path is not None else demo_questions_path()
     df = read_string_table(path, "questions file")
+    if "paraphrased" in df.columns and "paraphrase" not in df.columns:
+        df = df.rename(columns={k: v for k, v in _AUTHOR_COLUMNS.items() if v not in df.columns})
     if "question" not in df.columns:
         raise SageInputError(
             f"questions file {str(path)!r} has no 'question' column (columns: {', '.join(map(str, df.columns))}); "

@@ -60,7 +60,7 @@ def dequantized_dir(gguf: Path) -> Path:
 
 
 def model_dir(name: str) -> Path:
-    """Local directory for `name` (alias, HF id in cache, local dir or .gguf file)."""
+    """Local directory for `name` (alias, HF id (cached or downloaded), local dir or .gguf file)."""
     path = resolve_model_path(name, what="generator model")
     if path.is_file() and path.suffix == ".gguf":
         return dequantized_dir(path)
