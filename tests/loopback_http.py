@@ -46,6 +46,7 @@ class LoopbackServer:
     def __init__(self):
         self.requests: list[Seen] = []
         self.drops: dict[str, int] = {}  # path -> how many more GETs to cut mid-body
+        self.ignore_range: set[str] = set()  # paths answered with the whole file even to a Range request
         self._lock = threading.Lock()
         outer = self
 
@@ -96,7 +97,7 @@ class LoopbackServer:
             self.requests.append(Seen(method, path, headers))
         reply = self.route(method, path, parts.query, headers)
         body, status, extra = reply.body, reply.status, dict(reply.headers)
-        if reply.ranged and status == 200:
+        if reply.ranged and status == 200 and path not in self.ignore_range:
             extra["Accept-Ranges"] = "bytes"
             rng = headers.get("range", "")
             if rng.startswith("bytes=") and rng.endswith("-"):

@@ -131,6 +131,21 @@ def test_partial_file_from_a_killed_run_is_resumed(mirror, shared_data, tmp_path
     assert _sha(root / f.dest) == f.sha256 and not (root / (f.dest + ".part")).exists()
 
 
+def test_server_ignoring_range_restarts_the_file_from_zero(mirror, shared_data, tmp_path):
+    from sage.data.registry import DATASETS
+
+    ds = DATASETS.get("countermoral")
+    f = ds.file("care_ethics/entries-broad.json")
+    root = tmp_path / "cache" / "data" / "countermoral"
+    (root / "care_ethics").mkdir(parents=True)
+    (root / (f.dest + ".part")).write_bytes(b"x" * 5000)  # not even a prefix of the file
+    mirror.ignore_range.add(_url_path(ds, f))
+    proc = run_sage("data", "download", "countermoral", "--no-progress", env=data_env(mirror, tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert [g.range for g in mirror.seen(lambda r: r.path == _url_path(ds, f))] == ["bytes=5000-"]
+    assert _sha(root / f.dest) == f.sha256
+
+
 def test_altered_file_fails_in_one_line_and_keeps_verified_files(mirror, shared_data, tmp_path):
     from sage.data.registry import DATASETS
 

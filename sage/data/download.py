@@ -80,6 +80,10 @@ class _ChecksumMismatch(Exception):
     pass
 
 
+class _NotResumed(Exception):
+    """The server answered a Range request with neither the asked range nor the whole file."""
+
+
 def _fail(url: str, what: str, name: str, part: Path) -> SageInputError:
     kept = (f"the {part.stat().st_size} bytes received are kept and `sage data download {name}` resumes "
             "them" if part.exists() and part.stat().st_size else f"run `sage data download {name}` again")
@@ -107,11 +111,13 @@ def _stream(url: str, part: Path, f: RemoteFile, bar, name: str) -> None:
         got = 0
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=_TIMEOUT) as resp:
-                if have and (resp.status != 206 or not resp.headers.get("Content-Range", "").startswith(
-                        f"bytes {have}-")):
-                    log.info("%s: the server ignored the Range request; downloading from the start", url)
+                resumed = resp.status == 206 and resp.headers.get("Content-Range", "").startswith(f"bytes {have}-")
+                if have and not resumed:  # 200: the whole file follows; anything else: start over
+                    log.info("%s: the server did not resume at byte %d; downloading from the start", url, have)
                     bar.update(-have)
                     part.unlink()
+                    if resp.status != 200:
+                        raise _NotResumed(resp.status)
                     have = 0
                 with open(part, "ab") as out:
                     for chunk in iter(lambda: resp.read(_CHUNK), b""):
@@ -120,6 +126,10 @@ def _stream(url: str, part: Path, f: RemoteFile, bar, name: str) -> None:
                         bar.update(len(chunk))
             if have + got < f.size:  # a server that closed early without an error
                 raise http.client.IncompleteRead(b"", f.size - have - got)
+        except _NotResumed as exc:
+            failures += 1
+            if failures > RETRIES:
+                raise _fail(url, f"HTTP {exc} to a Range request, {RETRIES} times", name, part) from None
         except urllib.error.HTTPError as exc:
             if exc.code == 416:  # our .part is not a prefix the server accepts: start over
                 part.unlink(missing_ok=True)
