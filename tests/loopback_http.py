@@ -47,6 +47,7 @@ class LoopbackServer:
         self.requests: list[Seen] = []
         self.drops: dict[str, int] = {}  # path -> how many more GETs to cut mid-body
         self.ignore_range: set[str] = set()  # paths answered with the whole file even to a Range request
+        self.fail_get: dict[str, int] = {}  # path -> HTTP status every GET of it gets (HEAD still succeeds)
         self._lock = threading.Lock()
         outer = self
 
@@ -96,6 +97,8 @@ class LoopbackServer:
         with self._lock:
             self.requests.append(Seen(method, path, headers))
         reply = self.route(method, path, parts.query, headers)
+        if method == "GET" and path in self.fail_get:
+            reply = Reply(self.fail_get[path], b"server error")
         body, status, extra = reply.body, reply.status, dict(reply.headers)
         if reply.ranged and status == 200 and path not in self.ignore_range:
             extra["Accept-Ranges"] = "bytes"

@@ -102,6 +102,21 @@ def test_download_verifies_writes_atomically_and_is_idempotent(mirror, tmp_path)
     assert "sage-moral100-high" in listing.stdout
 
 
+def test_download_to_a_chosen_directory_feeds_edit_data(mirror, tmp_path):
+    from sage.editing.dataset import load_countermoral
+
+    target = tmp_path / "mine" / "cm"
+    env = data_env(mirror, tmp_path)
+    proc = run_sage("data", "download", "countermoral", "--to", target, "--no-progress", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"countermoral: {target}"
+    assert not (tmp_path / "cache" / "data" / "countermoral").exists()
+    assert len(load_countermoral(target, "care_ethics", "specific")) == 300  # what `--data DIR` reads
+    two = run_sage("data", "download", "countermoral", "sage-moral100", "--to", target, env=env)
+    assert_clean_error(two, "--to takes one dataset")
+    assert_clean_error(run_sage("data", "download", "nope", env=env), "unknown dataset 'nope'", "countermoral")
+
+
 def test_interrupted_transfer_resumes_with_range_in_the_same_run(mirror, tmp_path):
     from sage.data.registry import DATASETS
 

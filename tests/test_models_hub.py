@@ -33,7 +33,10 @@ def hub_env(hub, tmp_path: Path, **extra) -> dict:
 
 
 def resolve_in_subprocess(name: str, env: dict) -> subprocess.CompletedProcess:
-    code = "from sage.models.resolve import resolve_model_path as r; import sys; print(r(sys.argv[1]))"
+    """`resolve_model_path(name)` in a fresh interpreter; a SageInputError prints as `error: ...`, exit 2."""
+    code = ("import sys\nfrom sage.errors import SageInputError\nfrom sage.models.resolve import resolve_model_path\n"
+            "try:\n    print(resolve_model_path(sys.argv[1]))\n"
+            "except SageInputError as exc:\n    print(f'error: {exc}', file=sys.stderr)\n    sys.exit(2)\n")
     return subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, cwd=REPO,
                           env={**env, "PYTHONPATH": str(REPO)}, timeout=600, check=False)
 
@@ -130,6 +133,28 @@ def test_gated_model_401_403_and_token(tmp_path):
         path = Path(ok.stdout.strip().splitlines()[-1])
         assert path.parts[-2:] == ("snapshots", COMMIT) and (path / "config.json").read_bytes() == files["config.json"]
         assert {r.headers.get("authorization") for r in hub.seen(lambda r: "/resolve/" in r.path)} == {"Bearer hf_right"}
+    finally:
+        hub.close()
+
+
+def test_a_failed_download_keeps_finished_files_and_the_next_run_fetches_the_rest(tmp_path):
+    files = {"config.json": b'{"architectures": ["BertModel"]}', "tokenizer.json": b"{}",
+             "model.safetensors": os.urandom(300_000)}
+    hub = FakeHub({"org/m": HubRepo(files)})
+    weights = f"/org/m/resolve/{COMMIT}/model.safetensors"
+    hub.fail_get[weights] = 503
+    try:
+        env = hub_env(hub, tmp_path)
+        first = resolve_in_subprocess("org/m", env)
+        assert_clean_error(first, "the hub answered HTTP 503 while downloading model 'org/m'", "try again later")
+        del hub.fail_get[weights]
+        hub.clear()
+        second = resolve_in_subprocess("org/m", env)
+        assert second.returncode == 0, second.stderr
+        fetched = [r.path.rsplit("/", 1)[-1] for r in hub.seen(lambda r: r.method == "GET" and "/resolve/" in r.path)]
+        assert fetched == ["model.safetensors"]  # config.json and tokenizer.json were kept from the first run
+        snap = Path(second.stdout.strip().splitlines()[-1])
+        assert {p.name: p.read_bytes() for p in snap.iterdir()} == files
     finally:
         hub.close()
 

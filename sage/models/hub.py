@@ -2,7 +2,7 @@
 
 Called by `sage.models.resolve` only after a local path, a bundled alias and the local cache have
 all missed, and never in offline mode (`--offline`, HF_HUB_OFFLINE=1). The transfer is
-`huggingface_hub.snapshot_download`: a progress bar, HF_TOKEN (or `huggingface-cli login`) for
+`huggingface_hub.snapshot_download`: a progress bar, HF_TOKEN (or `hf auth login`) for
 gated models such as Llama-2, a dropped connection resumed with an HTTP Range request, and files
 finished by an interrupted run kept, so running again fetches only what is missing. HF_ENDPOINT
 points it at a mirror.
@@ -69,7 +69,7 @@ def explain(exc: BaseException, repo_id: str, what: str) -> str:
     if isinstance(exc, GatedRepoError):
         if token is None or status == 401:
             return (f"{what} {repo_id!r} is gated on the Hugging Face hub and needs a token: accept its licence "
-                    f"at {page}, then set HF_TOKEN to a token of that account (or run `huggingface-cli login`)")
+                    f"at {page}, then set HF_TOKEN to a token of that account (or run `hf auth login`)")
         return (f"{what} {repo_id!r} is gated and HF_TOKEN has no access to it ({status}): accept its "
                 f"licence at {page} with the account that owns the token, or use another token")
     if isinstance(exc, RevisionNotFoundError):

@@ -83,7 +83,7 @@ def resolve_model_path(name: str, *, what: str = "model") -> Path:
         raise ModelNotAvailableError(
             f"{what} {shown!r} is not available locally (not a path, not a bundled alias, not in the "
             f"Hugging Face cache under {hf_home}/hub) and offline mode is on (--offline / HF_HUB_OFFLINE=1); "
-            f"run once without it to download, or `huggingface-cli download {repo_id}` on a machine with "
+            f"run once without it to download, or `hf download {repo_id}` on a machine with "
             "internet access, or pass a local path"
         )
     raise ModelNotAvailableError(
