@@ -69,8 +69,9 @@ def command() -> None:
 
 
 @command.command("paraphrases")
-@click.option("--questions", type=click.Path(dir_okay=False), default=None,
-              help="Questions file with question_id,question (default: the built-in demo set).")
+@click.option("--questions", default=None,
+              help="Questions file with question_id,question, or a question set from `sage data list` "
+                   "(default: the built-in demo set).")
 @click.option("--model", default="smollm2-135m", show_default=True, help="Paraphraser model (alias, HF id or path).")
 @click.option("-k", "--paraphrases", "k", default=5, show_default=True, type=click.IntRange(min=1),
               help="Paraphrases kept per question.")
@@ -90,10 +91,11 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
     """Paraphrase questions, keeping candidates above the ParaScore threshold."""
     from pathlib import Path
 
-    from sage.pipeline import generate_paraphrases
     from sage.data.files import write_table
+    from sage.data.questions import questions_path
+    from sage.pipeline import generate_paraphrases
 
-    cfg = _config(common, questions=questions, paraphraser=model, paraphraser_backend=common["backend"],
+    cfg = _config(common, questions=str(questions_path(questions)) if questions else None, paraphraser=model, paraphraser_backend=common["backend"],
                   model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
                   paraphrase_attempts=attempts, paraphrase_requests=requests_per_round,
                   paraphrase_temperature=temperature, paraphrase_temperature_step=temperature_step,
@@ -111,8 +113,8 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 @command.command("answers")
 @click.option("--paraphrases", "paraphrases_file", type=click.Path(dir_okay=False), default=None,
               help="Paraphrase table (question_id, question, paraphrase_id, paraphrase[, paraphrase_score]).")
-@click.option("--questions", type=click.Path(dir_okay=False), default=None,
-              help="Answer the questions as written instead (default: the built-in demo set).")
+@click.option("--questions", default=None,
+              help="Answer the questions (a file or a question set) as written instead (default: the demo set).")
 @click.option("--model", default="smollm2-135m", show_default=True, help="Model under test.")
 @click.option("-s", "--samples", default=1, show_default=True, type=click.IntRange(min=1),
               help="Answers per paraphrase.")
@@ -121,13 +123,13 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 @_common
 def answers_cmd(paraphrases_file, questions, model, samples, temperature, **common):
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
+    from sage.data.questions import questions_path, read_questions
     from sage.pipeline import generate_answers, load_table
-    from sage.data.questions import read_questions
 
     if paraphrases_file:
         table = load_table(paraphrases_file, "paraphrase table")
     else:
-        table = read_questions(questions).drop_duplicates("question_id")
+        table = read_questions(questions_path(questions) if questions else None).drop_duplicates("question_id")
         table = table.assign(paraphrase_id=0, paraphrase=table["question"], paraphrase_score=float("nan"))
     cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
                   samples=samples, temperature=temperature, **_tokens(common, "answer_max_new_tokens"))

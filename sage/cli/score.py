@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from sage.cli.options import csv_list, precision_options
+from sage.cli.options import csv_list, precision_options, preset_option
 
 
 def _print_summary(summary: dict) -> None:
@@ -39,9 +39,11 @@ def _print_summary(summary: dict) -> None:
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
               min_parascore, max_new_tokens, seed, device, dtype, device_map, out):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
+    from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig, run_pipeline
 
-    options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
+    questions = str(questions_path(questions)) if questions else None
+    options = dict(model=model, questions=questions, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
                    rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
                    out_dir=str(out),
@@ -57,9 +59,11 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
                    "authors' pair layout) instead of generating one.")
 @click.option("--model", default=None,
               help="Model under test: generate paraphrases, answers and RoTs, then score (default: smollm2-135m "
-                   "when --responses is not given). An alias, a Hugging Face id in the local cache, or a path.")
-@click.option("--questions", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Questions file (question_id, question) for generation (default: the built-in demo set).")
+                   "when --responses is not given). An alias, a Hugging Face id (downloaded once unless "
+                   "--offline), or a path.")
+@click.option("--questions", default=None,
+              help="Questions file (question_id, question) or a question set name from `sage data list` "
+                   "(default: the built-in demo set).")
 @click.option("--paraphrases", type=int, default=5, show_default=True, help="Paraphrases per question (K).")
 @click.option("--samples", type=int, default=1, show_default=True, help="Answers sampled per paraphrase (S).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Answer sampling temperature (0 = greedy).")
@@ -69,7 +73,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=128, show_default=True, help="Tokens per answer.")
-@click.option("--embedder", default=None, help="Sentence-transformers id or path (default: bundled all-MiniLM-L6-v2).")
+@click.option("--embedder", default=None, help="Sentence-transformers id, alias (stsb-distilroberta-base-v2: the "
+                                                "SaGE authors') or path (default: bundled all-MiniLM-L6-v2).")
 @click.option("--metrics", default="sge,bleu,rouge_l,bertscore,cosine", show_default=True,
               help="Comma-separated metrics: sge, bleu, rouge_l, bertscore, cosine.")
 @click.option("--on", "on", default=None, help="Text columns to score: answer,rot (default: answer, plus rot if present).")
@@ -87,7 +92,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
 @precision_options
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
-def command(responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
+@preset_option()
+def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
             model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, no_progress):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.

@@ -30,7 +30,7 @@ class VLLMBackend(GenerationBackend):
         self.options = options or BackendOptions()
         self._model_id = model
         self._vllm = vllm
-        path = model_dir(model)  # local only: never a hub download; GGUF is dequantized once
+        path = model_dir(model)  # local path, HF cache or a hub download (unless offline); GGUF dequantized once
         self.path = path
         self.dtype = self.options.dtype  # vLLM's own "auto": the checkpoint's dtype (fp32 -> fp16)
         self.llm = vllm.LLM(model=str(path), tensor_parallel_size=self.options.tensor_parallel_size,

@@ -61,7 +61,7 @@ def dequantized_dir(gguf: Path) -> Path:
 
 
 def model_dir(name: str) -> Path:
-    """Local directory for `name` (alias, HF id in cache, local dir or .gguf file)."""
+    """Local directory for `name` (alias, HF id (cached or downloaded), local dir or .gguf file)."""
     return _loadable(resolve_model_path(name, what="generator model"))
 
 
