@@ -30,6 +30,7 @@ RESPONSE_COLUMNS = [
     "question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score",
     "model", "sample", "answer", "rot",
 ]
+LOGPROB_COLUMNS = ["answer_logprob", "answer_tokens"]  # with record_logprobs (weighted semantic entropy)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class PipelineConfig:
     top_p: float = 1.0
     seed: int = 0
     answer_max_new_tokens: int = 128
+    record_logprobs: bool = False  # answers: add answer_logprob (sum of token log-probs) and answer_tokens
     rot_max_new_tokens: int = 48
     paraphrase_max_new_tokens: int = 256
     paraphrase_temperature: float = 0.7
@@ -169,7 +171,7 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
     try:
         spec, backend = backends.model_under_test()
         params = SamplingParams(max_new_tokens=cfg.answer_max_new_tokens, temperature=cfg.temperature,
-                                top_p=cfg.top_p, seed=cfg.seed)
+                                top_p=cfg.top_p, seed=cfg.seed, logprobs=cfg.record_logprobs)
         items = answer_items(paraphrases, cfg.samples)
         store = _records(cfg, "answers", _fingerprint(spec.model_id, spec.backend, spec.prompt_format, asdict(params)))
         run_items(items, backend, spec.format, params, store, clean_answer, "answer",
@@ -177,6 +179,9 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
         df = _expand_samples(paraphrases, cfg.samples)
         df["model"] = spec.alias
         df["answer"] = [store.records[it.key]["answer"] for it in items]
+        if cfg.record_logprobs:  # of the raw generated tokens (before cleaning), end-of-sequence excluded
+            for extra in LOGPROB_COLUMNS:
+                df[extra] = [store.records[it.key].get(extra) for it in items]
         return df
     finally:
         if own:
@@ -220,7 +225,8 @@ def run_pipeline(config: PipelineConfig | None = None, **overrides):
         if len(candidates):
             write_table(candidates, out_dir / "paraphrase_candidates.csv")
         answers = generate_answers(paraphrases, cfg, backends)
-        responses = generate_rots(answers, cfg, backends)[RESPONSE_COLUMNS]
+        responses = generate_rots(answers, cfg, backends)
+        responses = responses[RESPONSE_COLUMNS + [c for c in LOGPROB_COLUMNS if c in responses.columns]]
         from sage.data.responses import write_responses
 
         write_responses(responses, out_dir / cfg.output)

@@ -52,6 +52,18 @@ class TransformersBackend(GenerationBackend):
     def model_id(self) -> str:
         return self._model_id
 
+    def candidate_ids(self, candidates) -> list[int]:
+        """The first token of each candidate string (tokenized alone, no special tokens)."""
+        ids = []
+        for c in candidates:
+            toks = self.lm.tokenizer(c, add_special_tokens=False)["input_ids"]
+            if not toks:
+                from sage.errors import SageInputError
+
+                raise SageInputError(f"candidate {c!r} has no tokens for model {self._model_id!r}")
+            ids.append(int(toks[0]))
+        return ids
+
     # ------------------------------------------------------------------ prompts
     def _token_ids(self, req: GenerationRequest) -> list[int]:
         tok = self.lm.tokenizer
@@ -108,6 +120,8 @@ class TransformersBackend(GenerationBackend):
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
+        cand_ids = self.candidate_ids(params.candidates)
+        cand_lps: list[list[float]] = [[] for _ in range(n)]
         active = list(range(n))  # original row of each batch row
         stop_tail = max((len(s) for s in params.stop), default=0) + 16
 
@@ -117,6 +131,8 @@ class TransformersBackend(GenerationBackend):
             pos = pos[:, -1:]
             for _step in range(params.max_new_tokens):
                 logp = torch.log_softmax(logits, dim=-1)
+                if _step == 0 and cand_ids:  # every row is still active at the first step
+                    cand_lps = logp[:, cand_ids].tolist()
                 nxt = self._pick(logits, params, [gens[r] for r in active] if sampling else None)
                 chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
                 nxt_list = nxt.tolist()
@@ -161,6 +177,7 @@ class TransformersBackend(GenerationBackend):
                     text=text,
                     token_logprobs=logprobs[row] if params.logprobs else None,
                     finish_reason=finish[row],
+                    candidate_logprobs=dict(zip(params.candidates, cand_lps[row])) if cand_ids else None,
                 )
             )
         return results

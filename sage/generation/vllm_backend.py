@@ -1,7 +1,8 @@
 """`vllm` backend: vLLM's offline engine (optional extra, imported only here).
 
 Tensor parallel size comes from `BackendOptions.tensor_parallel_size`. Every request carries
-its own seed, so samples do not depend on batch composition.
+its own seed, so samples do not depend on batch composition. Candidate log-probabilities come
+from vLLM's top-20 list at the first position (matched by token id; -inf when not listed).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sage.generation.base import BACKENDS, BackendError, BackendOptions, request
 
 log = logging.getLogger(__name__)
 
+TOP_K = 20  # vLLM's default max_logprobs
 INSTALL_HINT = "the vllm backend needs vLLM: install it with `pip install 'sage-consistency[vllm]'` (Linux, CUDA GPU)"
 
 
@@ -42,8 +44,13 @@ class VLLMBackend(GenerationBackend):
         p = req.params
         return self._vllm.SamplingParams(
             n=1, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_new_tokens,
-            seed=request_seed(req), stop=list(p.stop) or None, logprobs=0 if p.logprobs else None,
+            seed=request_seed(req), stop=list(p.stop) or None,
+            logprobs=TOP_K if p.candidates else (0 if p.logprobs else None),
         )
+
+    def _candidate_ids(self, candidates) -> list[int]:
+        tok = self.llm.get_tokenizer()
+        return [int(tok(c, add_special_tokens=False)["input_ids"][0]) for c in candidates]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
@@ -61,13 +68,16 @@ class VLLMBackend(GenerationBackend):
                 results[i] = self._convert(o, requests[i])
         return results  # type: ignore[return-value]
 
-    @staticmethod
-    def _convert(out, req: GenerationRequest) -> Generation:
+    def _convert(self, out, req: GenerationRequest) -> Generation:
         c = out.outputs[0]
-        lps = None
+        lps, cands = None, None
         if req.params.logprobs and c.logprobs is not None:
             lps = [float(step[tid].logprob) for step, tid in zip(c.logprobs, c.token_ids)]
-        return Generation(text=c.text, token_logprobs=lps, finish_reason=c.finish_reason)
+        if req.params.candidates and c.logprobs:
+            first = c.logprobs[0]
+            cands = {cand: float(first[t].logprob) if t in first else float("-inf")
+                     for cand, t in zip(req.params.candidates, self._candidate_ids(req.params.candidates))}
+        return Generation(text=c.text, token_logprobs=lps, finish_reason=c.finish_reason, candidate_logprobs=cands)
 
     def close(self) -> None:
         self.llm = None
