@@ -104,6 +104,7 @@ class NLISimilarity(PairwiseSimilarity):
         self.scorer = NLIScorer(model, device=device, batch_size=batch_size)
         self.clock = self.scorer.clock
         self._probs: dict[tuple[str, str], np.ndarray] = {}
+        self.n_scored = 0  # ordered pairs sent to the model in this run
 
     @classmethod
     def from_options(cls, o):
@@ -120,6 +121,7 @@ class NLISimilarity(PairwiseSimilarity):
             log.info("NLI: %d ordered pairs", len(todo))
             for pair, p in zip(todo, self.scorer.probabilities(todo)):
                 self._probs[pair] = p
+            self.n_scored += len(todo)
         out = []
         for g in groups:
             n = len(g)
@@ -157,4 +159,4 @@ class NLISimilarity(PairwiseSimilarity):
     def describe(self):
         return {"name": self.name, "model": self.model_name, "path": self.scorer.path, "edge": self.edge,
                 "labels": self.scorer.labels, "entailment_rule": "argmax label is entailment",
-                "max_length": self.scorer.max_length}
+                "max_length": self.scorer.max_length, "ordered_pairs_scored": self.n_scored}
