@@ -18,8 +18,7 @@ from tqdm.auto import tqdm
 
 from sage.data.responses import normalize_columns, read_responses, validate, write_responses
 from sage.errors import SageInputError
-from sage.metrics.question_metrics import BASELINES, QUESTION_METRICS, QuestionView, edge_column
-from sage.metrics.question_metrics import LABELS as METRIC_LABELS
+from sage.metrics.question_metrics import BASELINES, LABELS, QUESTION_METRICS, QuestionView, edge_column
 from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.provenance import provenance
@@ -27,6 +26,7 @@ from sage.provenance import provenance
 log = logging.getLogger(__name__)
 
 METRICS = ("sge",) + BASELINES  # the default; every name in QUESTION_METRICS (e.g. "se") can be chosen
+METRIC_LABELS = LABELS
 
 
 @dataclass(frozen=True)

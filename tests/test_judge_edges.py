@@ -10,9 +10,10 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes, llamacpp_direct_p_yes
+
 from sage.api import Generation, GenerationRequest, SamplingParams
+
 
 def _judge(tmp_path, **kw):
     from sage.metrics.judge import JudgeSimilarity

@@ -8,7 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sage.metrics.semantic_entropy import cluster_ids, discrete_semantic_entropy, weighted_semantic_entropy
+from sage.metrics.semantic_entropy import (
+    cluster_ids,
+    discrete_semantic_entropy,
+    weighted_semantic_entropy,
+)
 
 
 def _blocks(*sizes):

@@ -8,10 +8,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
 from cli_helpers import assert_clean_error, run_sage
 from nli_helpers import LABEL_ORDERS, make_tiny_nli
-from sage.metrics.semantic_entropy import cluster_ids, discrete_semantic_entropy, weighted_semantic_entropy
+
+from sage.metrics.semantic_entropy import (
+    cluster_ids,
+    discrete_semantic_entropy,
+    weighted_semantic_entropy,
+)
 from sage.metrics.sge import distances_from_similarity, sge_from_distances
 
 

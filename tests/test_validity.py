@@ -8,11 +8,18 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from cli_helpers import run_sage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli_helpers import run_sage
-from sage.annotation.validity import auroc, oriented, pair_validity, pair_values, ranking, redundancy
+from sage.annotation.validity import (
+    auroc,
+    oriented,
+    pair_validity,
+    pair_values,
+    ranking,
+    redundancy,
+)
 
 
 @settings(max_examples=60, deadline=None)

@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from sage.annotation.correlation import (
-    ROW_STATS, _ci, _scipy_stat, bootstrap_indices, join_questions, paired_difference,
+    ROW_STATS,
+    _ci,
+    _scipy_stat,
+    bootstrap_indices,
+    join_questions,
+    paired_difference,
 )
 from sage.annotation.labels import label_value
 from sage.errors import SageInputError

@@ -21,11 +21,16 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from sage.api import EntailmentRelations, GenerationRequest, PairwiseSimilarity, SamplingParams
+from sage.api import (
+    EntailmentRelations,
+    GenerationRequest,
+    PairwiseSimilarity,
+    SamplingParams,
+)
 from sage.metrics.similarity import SIMILARITIES
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ same answer (P(entailment) = 1, not sent to the model), as SGE puts them at dist
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

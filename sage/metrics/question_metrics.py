@@ -141,7 +141,11 @@ class SemanticEntropyMetric(QuestionMetric):
         return equivalence_edges(config)
 
     def columns(self, config, view):
-        from sage.metrics.semantic_entropy import cluster_ids, discrete_semantic_entropy, weighted_semantic_entropy
+        from sage.metrics.semantic_entropy import (
+            cluster_ids,
+            discrete_semantic_entropy,
+            weighted_semantic_entropy,
+        )
 
         edges = equivalence_edges(config)
         ll = _log_likelihoods(view)
