@@ -86,7 +86,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     # Log-probabilities wanted for these strings at the first generated position (each string's
-    # first token, over the whole vocabulary; see `Generation.candidate_logprobs`).
+    # first token as tokenized right after the prompt; see `Generation.candidate_logprobs`).
     candidates: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -111,9 +111,10 @@ class GenerationRequest:
 @dataclass
 class Generation:
     """`candidate_logprobs`: for each of `SamplingParams.candidates`, the log-probability that the
-    first generated token is that string's first token (exact on transformers and llama.cpp; from
-    the top-20 list on OpenAI-compatible servers and vLLM, -inf when not in it); None when the
-    backend could not provide it."""
+    first generated token is the token that starts that string right after the prompt (over the
+    whole vocabulary on transformers and llama.cpp; from the top-20 list on vLLM and the
+    OpenAI-compatible backend, which matches token texts, -inf when not listed); None when the
+    backend returned no log-probabilities."""
 
     text: str
     token_logprobs: list[float] | None = None

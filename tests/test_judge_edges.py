@@ -125,3 +125,20 @@ def test_cache_keeps_candidate_logprobs_and_upgrades_an_old_cache(tmp_path):
     assert got.candidate_logprobs == {"Yes": -2.0, "No": float("-inf")} and got.cached
     stored = sqlite3.connect(path).execute("SELECT request FROM generations WHERE key = ?", (key,)).fetchone()[0]
     assert json.loads(stored)["params"]["candidates"] == ["Yes", "No"]
+
+
+@pytest.mark.slow
+def test_candidates_are_tokenized_in_context(bundled_lm):
+    from sage.generation.base import first_token_after
+
+    tok = bundled_lm.tokenizer
+
+    def enc(t):
+        return tok(t, add_special_tokens=False)["input_ids"]
+
+    yes, space_yes = enc("Yes")[0], enc(" Yes")[0]
+    assert yes != space_yes
+    assert first_token_after(enc, "Assistant:", " Yes") == space_yes  # written after a colon, with its space
+    assert first_token_after(enc, "<|im_start|>assistant\n", "Yes") == yes
+    # A candidate that merges with the prompt's last token falls back to the candidate alone.
+    assert first_token_after(enc, "Is it goo", "d") == enc("d")[0]

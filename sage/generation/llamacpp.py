@@ -65,21 +65,30 @@ class LlamaCppBackend(GenerationBackend):
     def _one(self, req: GenerationRequest) -> Generation:
         gen, n_prompt = self._complete(req)
         if req.params.candidates:
-            gen.candidate_logprobs = self._candidate_logprobs(req.params.candidates, n_prompt)
+            gen.candidate_logprobs = self._candidate_logprobs(req, n_prompt)
         return gen
 
-    def _candidate_logprobs(self, candidates, n_prompt: int) -> dict[str, float]:
+    def _candidate_logprobs(self, req: GenerationRequest, n_prompt: int) -> dict[str, float]:
+        """Completion prompts: each candidate's first token as written right after the prompt
+        (`first_token_after`); chat prompts (rendered inside llama.cpp): the candidate tokenized alone."""
         import numpy as np
+
+        from sage.generation.base import first_token_after
 
         llm = self._llm(True)
         row = np.asarray(llm.scores[n_prompt - 1], dtype=np.float64)  # logits for the first new token
         logp = row - row.max() - np.log(np.exp(row - row.max()).sum())
         out = {}
-        for c in candidates:
-            toks = llm.tokenize(c.encode("utf-8"), add_bos=False, special=False)
-            if not toks:
-                raise SageInputError(f"candidate {c!r} has no tokens for model {self._model_id!r}")
-            out[c] = float(logp[toks[0]])
+        for c in req.params.candidates:
+            if req.prompt is not None:
+                tid = first_token_after(lambda t: llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
+                                        req.prompt, c)
+            else:
+                toks = llm.tokenize(c.encode("utf-8"), add_bos=False, special=False)
+                if not toks:
+                    raise SageInputError(f"candidate {c!r} has no tokens for model {self._model_id!r}")
+                tid = toks[0]
+            out[c] = float(logp[tid])
         return out
 
     def _complete(self, req: GenerationRequest) -> tuple[Generation, int]:

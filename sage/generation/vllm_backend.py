@@ -2,7 +2,8 @@
 
 Tensor parallel size comes from `BackendOptions.tensor_parallel_size`. Every request carries
 its own seed, so samples do not depend on batch composition. Candidate log-probabilities come
-from vLLM's top-20 list at the first position (matched by token id; -inf when not listed).
+from vLLM's top-20 list at the first position (matched by token id, each candidate's first token
+as tokenized right after the prompt; -inf when not listed).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 from typing import Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
-from sage.generation.base import BACKENDS, BackendError, BackendOptions, request_seed
+from sage.generation.base import BACKENDS, BackendError, BackendOptions, first_token_after, request_seed
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,17 @@ class VLLMBackend(GenerationBackend):
             logprobs=TOP_K if p.candidates else (0 if p.logprobs else None),
         )
 
-    def _candidate_ids(self, candidates) -> list[int]:
+    def _candidate_ids(self, req: GenerationRequest) -> list[int]:
+        """Each candidate's first token as written right after the prompt (`first_token_after`)."""
         tok = self.llm.get_tokenizer()
-        return [int(tok(c, add_special_tokens=False)["input_ids"][0]) for c in candidates]
+        if req.messages is not None:  # vLLM's chat renders the tokenizer's chat template
+            text = tok.apply_chat_template([{"role": r, "content": c} for r, c in req.messages], tokenize=False,
+                                           add_generation_prompt=True)
+            special = False
+        else:
+            text, special = req.prompt, True
+        return [first_token_after(lambda t: tok(t, add_special_tokens=special)["input_ids"], text, c)
+                for c in req.params.candidates]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
@@ -76,7 +85,7 @@ class VLLMBackend(GenerationBackend):
         if req.params.candidates and c.logprobs:
             first = c.logprobs[0]
             cands = {cand: float(first[t].logprob) if t in first else float("-inf")
-                     for cand, t in zip(req.params.candidates, self._candidate_ids(req.params.candidates))}
+                     for cand, t in zip(req.params.candidates, self._candidate_ids(req))}
         return Generation(text=c.text, token_logprobs=lps, finish_reason=c.finish_reason, candidate_logprobs=cands)
 
     def close(self) -> None:
