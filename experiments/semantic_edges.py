@@ -13,7 +13,8 @@ the validity tables of `sage correlate`.
     python experiments/semantic_edges.py --nli-model microsoft/deberta-large-mnli --device cuda \\
         --judge-model mistral-7b --judge-backend vllm --out experiments/results/semantic_edges_gpu
 
-Writes table.md, questions.csv, edges.csv and summary.json (config, versions, git hash, seed).
+Writes table.md, questions.csv, edges.csv (every pair's similarities and judge/NLI values, keyed by
+pair id, without the texts) and summary.json (config, versions, git hash, seed).
 Judge calls go through the generation cache, so an interrupted run resumes where it stopped.
 """
 from __future__ import annotations
@@ -116,7 +117,8 @@ def main(argv=None) -> int:
         q = q.merge(authors_reference(df, args.authors_edges), on=["model", "question_id"], how="left")
     args.out.mkdir(parents=True, exist_ok=True)
     q.to_csv(args.out / "questions.csv", index=False)
-    result.edges.to_csv(args.out / "edges.csv", index=False)
+    # Pair ids and keys only: the texts are the input data's (join with the responses to read them).
+    result.edges.drop(columns=["text_a", "text_b"]).to_csv(args.out / "edges.csv", index=False)
 
     from sage.metrics.stats import bootstrap_mean_ci
 
