@@ -30,6 +30,7 @@ RESPONSE_COLUMNS = [
     "question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score",
     "model", "sample", "answer", "rot",
 ]
+LOGPROB_COLUMNS = ["answer_logprob", "answer_tokens"]  # with record_logprobs (weighted semantic entropy)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class PipelineConfig:
     top_p: float = 1.0
     seed: int = 0
     answer_max_new_tokens: int = 128
+    record_logprobs: bool = False  # answers: add answer_logprob (sum of token log-probs) and answer_tokens
     rot_max_new_tokens: int = 48
     paraphrase_max_new_tokens: int | None = None  # default: 40 per paraphrase asked
     paraphrase_temperature: float = 0.7  # first round; later rounds add paraphrase_temperature_step
@@ -178,7 +180,7 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
     try:
         spec, backend = backends.model_under_test()
         params = SamplingParams(max_new_tokens=cfg.answer_max_new_tokens, temperature=cfg.temperature,
-                                top_p=cfg.top_p, seed=cfg.seed)
+                                top_p=cfg.top_p, seed=cfg.seed, logprobs=cfg.record_logprobs)
         items = answer_items(paraphrases, cfg.samples)
         store = _records(cfg, "answers", _fingerprint(spec.model_id, spec.backend, spec.prompt_format, asdict(params)))
         run_items(items, backend, spec.format, params, store, clean_answer, "answer",
@@ -186,6 +188,9 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
         df = _expand_samples(paraphrases, cfg.samples)
         df["model"] = spec.alias
         df["answer"] = [store.records[it.key]["answer"] for it in items]
+        if cfg.record_logprobs:  # of the raw generated tokens (before cleaning), end-of-sequence excluded
+            for extra in LOGPROB_COLUMNS:
+                df[extra] = [store.records[it.key].get(extra) for it in items]
         return df
     finally:
         if own:
@@ -234,9 +239,11 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions=None, **over
             (out_dir / "paraphrase_report.json").write_text(json.dumps(report, indent=2) + "\n")
         answers = generate_answers(paraphrases, cfg, backends)
         if cfg.rots:
-            responses = generate_rots(answers, cfg, backends)[RESPONSE_COLUMNS]
+            responses = generate_rots(answers, cfg, backends)
         else:
-            responses = answers[[c for c in RESPONSE_COLUMNS if c != "rot"]]
+            responses = answers
+        responses = responses[[c for c in RESPONSE_COLUMNS if c in responses.columns]
+                              + [c for c in LOGPROB_COLUMNS if c in responses.columns]]
         from sage.data.responses import write_responses
 
         write_responses(responses, out_dir / cfg.output)

@@ -18,16 +18,17 @@ from tqdm.auto import tqdm
 
 from sage.data.responses import as_responses, load_responses, validate, write_responses
 from sage.errors import SageInputError
-from sage.metrics.sge import UNDEFINED, distances_from_similarity, sge_from_distances
-from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity, upper_mean
+from sage.metrics.question_metrics import (
+    BASELINES, COLUMN_EDGE, LABELS, QUESTION_METRICS, QuestionView, column_edge_applies, edge_column, is_column_edge,
+)
+from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.provenance import provenance
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("bleu", "rouge_l", "bertscore", "cosine")
-METRICS = ("sge",) + BASELINES
-METRIC_LABELS = {"sge": "SGE", "bleu": "BLEU", "rouge_l": "ROUGE-L", "bertscore": "BERTScore", "cosine": "Cosine"}
+METRICS = ("sge",) + BASELINES  # the default; every name in QUESTION_METRICS (e.g. "se") can be chosen
+METRIC_LABELS = LABELS
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,7 @@ class ScoreConfig:
 
     def __post_init__(self):
         for m in self.metrics:
-            if m not in METRICS:
-                raise SageInputError(f"unknown metric {m!r}; choose from {', '.join(METRICS)}")
+            QUESTION_METRICS.get(m)  # one-line error naming the choices
         for e in self.sge_edges:
             if e not in SIMILARITIES and not is_column_edge(e):
                 raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from "
@@ -58,31 +58,23 @@ class ScoreConfig:
         for c in self.on or ():
             if c not in ("answer", "rot"):
                 raise SageInputError(f"unknown text column {c!r} for --on; choose answer and/or rot")
+        for metric in self.question_metrics():
+            metric.check(self)
+
+    def question_metrics(self):
+        return [QUESTION_METRICS.get(m)() for m in self.metrics]
 
     def needed_similarities(self) -> list[str]:
-        names = [e for e in self.sge_edges if not is_column_edge(e)] if "sge" in self.metrics else []
-        names += [m for m in self.metrics if m in BASELINES and m not in names]
-        return names
+        """Similarities to build (column edges are read from the file, not computed)."""
+        return list(dict.fromkeys(n for m in self.question_metrics() for n in m.similarities(self)
+                                  if not is_column_edge(n)))
+
+    def column_edges(self) -> list[str]:
+        return [e for e in self.sge_edges if is_column_edge(e)] if "sge" in self.metrics else []
 
 
 def sge_column(edge: str, primary: str, col: str, part: str = "sge") -> str:
-    return f"{part}_{col}" if edge == primary else f"{part}_{edge.removeprefix(COLUMN_EDGE)}_{col}"
-
-
-COLUMN_EDGE = "column:"  # --sge-edges column:NAME: similarities read from a pair-layout file's column
-_COLUMN_TARGETS = {"_model_output": "answer", "_answer": "answer", "_rot": "rot"}
-
-
-def is_column_edge(edge: str) -> bool:
-    return edge.startswith(COLUMN_EDGE)
-
-
-def column_edge_applies(edge: str, col: str) -> bool:
-    """A pair column names the texts it compares by its suffix (the authors' `cosine_model_output`
-    compares answers, `cosine_rot` RoTs); a column without such a suffix applies to every text."""
-    name = edge.removeprefix(COLUMN_EDGE)
-    target = next((t for suffix, t in _COLUMN_TARGETS.items() if name.endswith(suffix)), None)
-    return target is None or target == col
+    return edge_column(edge, primary, col, part)
 
 
 @dataclass
@@ -90,6 +82,7 @@ class ScoreResult:
     questions: pd.DataFrame
     summary: dict
     responses: pd.DataFrame | None = None  # the rows that were scored (canonical columns)
+    edges: pd.DataFrame | None = None  # one row per pair: every similarity, directional NLI/judge values
 
     def metric_columns(self) -> list[str]:
         skip = {"model", "question_id", "question", "n"}
@@ -103,22 +96,15 @@ class ScoreResult:
         (out / "summary.md").write_text(summary_markdown(self.summary))
         if self.responses is not None:
             write_responses(self.responses, out / "responses.csv")
+        if self.edges is not None:
+            self.edges.to_csv(out / "edges.csv", index=False)
         return out
 
 
 def headline_columns(summary: dict) -> list[tuple[str, str]]:
-    """(column, label) pairs for the summary table: SGE per text column first, then baselines."""
+    """(column, label) pairs for the summary table: per text column, each metric in the chosen order."""
     cfg = summary["config"]
-    cols = []
-    for col in cfg["on"]:
-        for edge in cfg["sge_edges"] if "sge" in cfg["metrics"] else []:
-            name = sge_column(edge, cfg["sge_edges"][0], col)
-            suffix = "" if edge == "cosine" else f"/{edge}"  # cosine: the method's own edges
-            cols.append((name, f"SGE{suffix} ({col})"))
-        for m in cfg["metrics"]:
-            if m in BASELINES:
-                cols.append((f"{m}_{col}", f"{METRIC_LABELS[m]} ({col})"))
-    return cols
+    return [pair for col in cfg["on"] for m in cfg["metrics"] for pair in QUESTION_METRICS.get(m)().headline(cfg, col)]
 
 
 def summary_markdown(summary: dict) -> str:
@@ -139,6 +125,8 @@ def summary_markdown(summary: dict) -> str:
             s = m["metrics"].get(c)
             cells.append("n/a" if not s or s["n"] == 0 else f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
         lines.append(f"| {model} | {m['n_questions_scored']} | " + " | ".join(cells) + " |")
+    if summary.get("warnings"):
+        lines += [""] + [f"Warning: {w}" for w in summary["warnings"]]
     lines += ["", "Counts: " + "; ".join(
         f"{model}: {m['n_rows']} rows, {m['n_questions']} questions, {m['n_undefined']} undefined (single row), "
         f"{m['n_skipped_rows']} rows skipped" for model, m in summary["models"].items()), ""]
@@ -188,9 +176,17 @@ def score_responses(
         keys.append(key)
         group_rows.append(np.sort(rows))
     texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in on}
+    # The question each group answers (the LLM judge shows it); None where the table has none.
+    questions_text = [str(df["question"].iloc[r[0]]) if "question" in df.columns and pd.notna(df["question"].iloc[r[0]])
+                      else None for r in group_rows]
 
     timings: dict[str, float] = {}
     sims: dict[tuple[str, str], list] = {(n, c): [] for n in config.needed_similarities() for c in on}
+    relations: dict[tuple[str, str], list] = {}
+    for name in config.column_edges():  # read, not computed: the pair file's values between these nodes
+        for col in on:
+            sims[(name, col)] = [_column_matrix(pair_edges, name, col, df, key, rows)
+                                 for key, rows in zip(keys, group_rows)]
     similarities = {}
     for name in config.needed_similarities():
         t0 = time.perf_counter()
@@ -199,19 +195,17 @@ def score_responses(
     # Questions in chunks: model work stays batched while per-text caches stay bounded.
     chunks = [range(i, min(i + config.chunk_questions, len(keys))) for i in range(0, len(keys), config.chunk_questions)]
     forward = 0.0
-    bar = tqdm(total=len(chunks) * len(sims), desc="scoring", disable=not progress, unit="step")
-    for name in config.sge_edges if "sge" in config.metrics else ():
-        if is_column_edge(name):  # read, not computed: the pair file's values between these nodes
-            for col in on:
-                sims[(name, col)] = [_column_matrix(pair_edges, name, col, df, key, rows)
-                                     for key, rows in zip(keys, group_rows)]
+    bar = tqdm(total=len(chunks) * len(similarities) * len(on), desc="scoring", disable=not progress, unit="step")
     for chunk in chunks:
         for name, sim in similarities.items():
             clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
             t0, f0 = time.perf_counter(), clock.seconds if clock else None
             for col in on:
                 bar.set_postfix_str(f"{name} on {col}")
-                sims[(name, col)].extend(sim.matrices([texts[col][g] for g in chunk]))
+                groups, contexts = [texts[col][g] for g in chunk], [questions_text[g] for g in chunk]
+                sims[(name, col)].extend(sim.matrices(groups, contexts))
+                if sim.judges_equivalence:  # served from the similarity's own per-pair cache
+                    relations.setdefault((name, col), []).extend(sim.relations(groups, contexts))
                 bar.update(1)
             timings[f"compute_{name}"] = timings.get(f"compute_{name}", 0.0) + time.perf_counter() - t0
             if f0 is not None:
@@ -222,35 +216,32 @@ def score_responses(
 
     t0 = time.perf_counter()
     rows = []
-    primary = config.sge_edges[0]
+    metrics = config.question_metrics()
     for gi, (model, qid) in enumerate(keys):
         first = group_rows[gi][0]
         row = {"model": model, "question_id": qid, "n": len(group_rows[gi])}
         if "question" in df.columns:
             row["question"] = df["question"].iloc[first]
+        frame = df.iloc[group_rows[gi]]
         for col in on:
-            if "sge" in config.metrics:
-                for edge in config.sge_edges:
-                    mat = sims[(edge, col)][gi]
-                    if mat is None:  # a column edge that does not cover these texts
-                        res = UNDEFINED
-                    else:
-                        res = (sge_from_distances(distances_from_similarity(mat, texts[col][gi]))
-                               if mat.shape[0] > 1 else UNDEFINED)
-                    row[sge_column(edge, primary, col)] = res.sge
-                    row[sge_column(edge, primary, col, "D")] = res.D
-                    row[sge_column(edge, primary, col, "H")] = res.H
-                    row[sge_column(edge, primary, col, "meansim")] = res.mean_similarity
-            for m in config.metrics:
-                if m in BASELINES:
-                    row[f"{m}_{col}"] = upper_mean(sims[(m, col)][gi])
+            view = QuestionView(col, texts[col][gi], {n: sims[(n, c)][gi] for n, c in sims if c == col},
+                                {n: relations[(n, col)][gi] for n in similarities if (n, col) in relations}, frame)
+            for metric in metrics:
+                row.update(metric.columns(config, view))
         rows.append(row)
     questions = pd.DataFrame(rows)
+    from sage.metrics.edge_table import edge_table
+
+    edges = edge_table(df, keys, group_rows, on, sims, relations)
     timings["sge_and_aggregation"] = time.perf_counter() - t0
     timings["model_forward"] = forward
     timings["total"] = time.perf_counter() - t_start
 
     summary = _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings)
+    summary["similarities"] = {n: sim.describe() for n, sim in similarities.items()}
+    summary["warnings"] = [w for sim in similarities.values() for w in sim.warnings()]
+    for w in summary["warnings"]:
+        log.warning("%s", w)
     if pair_edges is not None:
         summary["pair_layout"] = {
             "columns": pair_edges.columns,
@@ -260,13 +251,11 @@ def score_responses(
         for (m, q), why in pair_edges.incomplete.items():
             log.warning("%s: question %s: pairs do not form a complete graph (%s); its column edges are not used",
                         source, q, why)
-    return ScoreResult(questions=questions, summary=summary, responses=df)
+    return ScoreResult(questions=questions, summary=summary, responses=df, edges=edges)
 
 
 def _check_column_edges(config: ScoreConfig, pair_edges, source: str) -> None:
-    for edge in config.sge_edges if "sge" in config.metrics else ():
-        if not is_column_edge(edge):
-            continue
+    for edge in config.column_edges():
         name = edge.removeprefix(COLUMN_EDGE)
         if pair_edges is None:
             raise SageInputError(f"--sge-edges {edge}: {source} is not in the pair layout "

@@ -71,6 +71,21 @@ def normalize_columns(df: pd.DataFrame, source: str = "responses") -> pd.DataFra
     return df
 
 
+def response_keys(df: pd.DataFrame) -> list[str]:
+    """Each row's key inside its question, `p<paraphrase_id>.s<sample>` (pair ids are built from it).
+
+    Without a paraphrase_id column, rows of one (model, question_id, sample) are numbered in order.
+    """
+    sample = df["sample"] if "sample" in df.columns else pd.Series(0, index=df.index)
+    if "paraphrase_id" in df.columns:
+        para = df["paraphrase_id"]
+    else:
+        model = df["model"] if "model" in df.columns else pd.Series("", index=df.index)
+        para = pd.DataFrame({"m": model, "q": df["question_id"], "s": sample}).groupby(
+            ["m", "q", "s"], sort=False).cumcount()
+    return [f"p{p}.s{s}" for p, s in zip(para, sample)]
+
+
 def read_responses(path: str | Path) -> pd.DataFrame:
     """Read a responses table from .csv, .jsonl or .parquet; canonical column names. A file in
     the SaGE authors' pair layout is read back into one row per node (`sage.data.pair_layout`)."""

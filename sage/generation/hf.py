@@ -11,7 +11,7 @@ import logging
 from typing import Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
-from sage.generation.base import BACKENDS, BackendOptions, request_seed
+from sage.generation.base import BACKENDS, BackendOptions, first_token_after, request_seed
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ class TransformersBackend(GenerationBackend):
                 "chat_template": text_digest(getattr(self.lm.tokenizer, "chat_template", None))}
 
     # ------------------------------------------------------------------ prompts
-    def _token_ids(self, req: GenerationRequest) -> list[int]:
+    def _prompt(self, req: GenerationRequest) -> tuple[str, bool]:
+        """The prompt as text and whether the tokenizer adds special tokens to it."""
         tok = self.lm.tokenizer
         if req.messages is not None:
             if not getattr(tok, "chat_template", None):
@@ -80,13 +81,25 @@ class TransformersBackend(GenerationBackend):
                 tokenize=False,
                 add_generation_prompt=True,
             )
-            return tok(text, add_special_tokens=False)["input_ids"]
-        return tok(req.prompt, add_special_tokens=True)["input_ids"]
+            return text, False
+        return req.prompt, True
+
+    def _token_ids(self, req: GenerationRequest) -> list[int]:
+        text, special = self._prompt(req)
+        return self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]
+
+    def _candidate_ids(self, req: GenerationRequest, prompt_ids: list[int]) -> list[int]:
+        """Each candidate's first token as written right after this prompt (`first_token_after`)."""
+        text, special = self._prompt(req)
+        tok = self.lm.tokenizer
+        return [first_token_after(lambda t: tok(t, add_special_tokens=special)["input_ids"], text, c, prompt_ids)
+                for c in req.params.candidates]
 
     # ------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
         ids = [self._token_ids(r) for r in requests]
+        cands = [self._candidate_ids(r, p) if r.params.candidates else [] for r, p in zip(requests, ids)]
         # Group by sampling parameters, then batch prompts of similar length together.
         groups: dict[SamplingParams, list[int]] = {}
         for i, r in enumerate(requests):
@@ -97,13 +110,15 @@ class TransformersBackend(GenerationBackend):
             for start in range(0, len(idx), bs):
                 chunk = idx[start : start + bs]
                 outs = self._generate_batch(
-                    [ids[i] for i in chunk], params, [request_seed(requests[i]) for i in chunk]
+                    [ids[i] for i in chunk], params, [request_seed(requests[i]) for i in chunk],
+                    [cands[i] for i in chunk],
                 )
                 for i, g in zip(chunk, outs):
                     results[i] = g
         return results  # type: ignore[return-value]
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
+                        cand_ids: list[list[int]] | None = None) -> list[Generation]:
         import torch
 
         model, tok, dev = self.lm.model, self.lm.tokenizer, self.device
@@ -120,6 +135,7 @@ class TransformersBackend(GenerationBackend):
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
+        cand_lps: list[list[float]] = [[] for _ in range(n)]
         active = list(range(n))  # original row of each batch row
         stop_tail = max((len(s) for s in params.stop), default=0) + 16
 
@@ -129,6 +145,8 @@ class TransformersBackend(GenerationBackend):
             pos = pos[:, -1:]
             for _step in range(params.max_new_tokens):
                 logp = torch.log_softmax(logits, dim=-1)
+                if _step == 0 and params.candidates:  # every row is still active at the first step
+                    cand_lps = logp.gather(1, torch.tensor(cand_ids, device=logp.device)).tolist()
                 nxt = self._pick(logits, params, [gens[r] for r in active] if sampling else None)
                 chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
                 nxt_list = nxt.tolist()
@@ -173,6 +191,7 @@ class TransformersBackend(GenerationBackend):
                     text=text,
                     token_logprobs=logprobs[row] if params.logprobs else None,
                     finish_reason=finish[row],
+                    candidate_logprobs=dict(zip(params.candidates, cand_lps[row])) if params.candidates else None,
                 )
             )
         return results

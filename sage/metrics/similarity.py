@@ -20,7 +20,9 @@ from sage.registry import Registry
 
 log = logging.getLogger(__name__)
 
-SIMILARITIES: Registry[type[PairwiseSimilarity]] = Registry("similarity")
+# The equivalence judges load torch/transformers or a generation backend only when used.
+SIMILARITIES: Registry[type[PairwiseSimilarity]] = Registry(
+    "similarity", lazy_modules={"nli": "sage.metrics.nli", "judge": "sage.metrics.judge"})
 
 
 class ForwardClock:
@@ -95,7 +97,7 @@ class CosineSimilarity(PairwiseSimilarity):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.encoder.sentence_embeddings(texts)
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         unique, index = _unique_index(groups)
         emb = self.embed(unique)
         return [emb[ix] @ emb[ix].T for ix in index]
@@ -149,7 +151,7 @@ class BertScoreSimilarity(PairwiseSimilarity):
     def from_options(cls, o):
         return cls(model=o.bertscore_model, num_layers=o.bertscore_layers, device=o.device, embedder=o.embedder)
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         if self.shared:
             from sage.metrics.encoder import greedy_bertscore_f1
 
@@ -186,7 +188,7 @@ class RougeLSimilarity(PairwiseSimilarity):
     def pair(self, reference: str, candidate: str) -> float:
         return lexical.rouge_l_f(self._prepare(reference), self._prepare(candidate))
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         unique, index = _unique_index(groups)
         prepared = [self._prepare(t) for t in unique]  # tokenize and stem each distinct text once
         mats = []
@@ -210,7 +212,7 @@ class BleuSimilarity(PairwiseSimilarity):
     def pair(self, reference: str, candidate: str) -> float:
         return lexical.bleu(lexical.BleuText(reference), lexical.BleuText(candidate))
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         unique, index = _unique_index(groups)
         prepared = [lexical.BleuText(t) for t in unique]  # n-gram counts once per distinct text
         mats = []
@@ -233,6 +235,14 @@ class SimilarityOptions:
     bertscore_model: str | None = None  # default: the embedder
     bertscore_layers: int | None = None  # default: all layers of that model
     device: str | None = None
+    nli_model: str | None = None  # HF sequence-classification NLI model (id in the local cache or path)
+    nli_edge: str = "entail"  # entail: mean bidirectional P(entailment); not-contradict: 1 - max P(contradiction)
+    nli_batch_size: int = 32
+    judge_model: str | None = None  # any generation model (alias, HF id, path, API name)
+    judge_backend: str | None = None  # default: the model's registry entry
+    judge_base_urls: tuple[str, ...] = ()  # OpenAI-compatible endpoints for the judge
+    judge_batch_size: int = 16
+    cache_path: str | None = None  # generation cache for judge calls (default: $SAGE_CACHE_DIR)
 
 
 def build_similarity(name: str, options: SimilarityOptions | None = None) -> PairwiseSimilarity:
