@@ -217,14 +217,14 @@ def generate_rots(answers, cfg: PipelineConfig, backends: _Backends | None = Non
             backends.close()
 
 
-def run_pipeline(config: PipelineConfig | None = None, *, questions=None, **overrides):
+def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, **overrides):
     """Paraphrase -> answer -> RoT; writes `<out_dir>/<output>` and returns the responses table.
 
     Columns: question_id, question, paraphrase_id, paraphrase, paraphrase_score, model, sample,
     answer, rot (no rot when `rots` is off); one row per question x paraphrase x sample. Also
     writes `<out_dir>/paraphrase_candidates.csv` (every candidate, kept or rejected, with scores)
-    and `paraphrase_report.json`. `questions`: a checked questions table (default: read
-    `config.questions`). `responses.attrs["model_calls"]` counts the requests that reached a model
+    and `paraphrase_report.json`. `questions_table`: a checked questions table (default: read
+    `config.questions`, a file). `responses.attrs["model_calls"]` counts the requests that reached a model
     (cache misses).
     """
     cfg = replace(config or PipelineConfig(), **overrides)
@@ -232,7 +232,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions=None, **over
     out_dir.mkdir(parents=True, exist_ok=True)
     backends = _Backends(cfg)
     try:
-        paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions)
+        paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions_table)
         if len(candidates):
             write_table(candidates, out_dir / "paraphrase_candidates.csv")
         if report is not None:
@@ -318,7 +318,7 @@ def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", b
                          rot_backend=rot_backend if rot_model else paraphraser_backend, rots=use_rots,
                          k=paraphrases, samples=samples, min_parascore=min_parascore, seed=seed, device=device,
                          out_dir=str(out), **options)
-    responses = run_pipeline(cfg, questions=table)
+    responses = run_pipeline(cfg, questions_table=table)
     config = score_config or ScoreConfig(seed=seed)
     config = replace(config, skip_invalid=True)  # what the function answered is never "bad input"
     result = score_responses(responses, config, source=str(out / cfg.output), progress=progress)
