@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sage.data.responses import as_responses, load_responses, validate, write_responses
+from sage.data.responses import as_responses, load_responses, write_responses
 from sage.errors import SageInputError
 from sage.metrics.question_metrics import (
     BASELINES, COLUMN_EDGE, LABELS, QUESTION_METRICS, QuestionView, column_edge_applies, edge_column, is_column_edge,
@@ -38,7 +38,7 @@ class ScoreConfig:
     sge_edges: tuple[str, ...] = ("cosine",)  # the first names the plain sge_<col> columns
     similarity: SimilarityOptions = field(default_factory=SimilarityOptions)
     skip_invalid: bool = False
-    chunk_questions: int = 2000  # questions scored together (bounds per-text caches)
+    chunk_questions: int = 100  # questions scored together: memory is bounded by the chunk, not the table
     n_boot: int = 2000
     seed: int = 0
 
@@ -88,16 +88,20 @@ class ScoreResult:
         skip = {"model", "question_id", "question", "n"}
         return [c for c in self.questions.columns if c not in skip]
 
-    def write(self, out_dir: str | Path) -> Path:
+    def write(self, out_dir: str | Path, table_format: str = "csv") -> Path:
+        """questions, summary.json, summary.md, and responses and edges when held in memory (a run
+        scored with `out_dir` streamed those there already)."""
+        from sage.data.files import write_table
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.questions.to_csv(out / "questions.csv", index=False)
+        write_table(self.questions, out / f"questions.{table_format}")
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
         (out / "summary.md").write_text(summary_markdown(self.summary))
         if self.responses is not None:
-            write_responses(self.responses, out / "responses.csv")
+            write_responses(self.responses, out / f"responses.{table_format}")
         if self.edges is not None:
-            self.edges.to_csv(out / "edges.csv", index=False)
+            write_table(self.edges, out / f"edges.{table_format}")
         return out
 
 
@@ -145,101 +149,77 @@ def score_responses(
     source: str | None = None,
     progress: bool = True,
     pair_edges=None,
+    out_dir: str | Path | None = None,
+    table_format: str = "csv",
+    model_name: str | None = None,
+    default_model: str = "model",
     **overrides,
 ) -> ScoreResult:
     """Score a responses table (DataFrame or file path, either layout). Keyword overrides set
-    ScoreConfig fields. `pair_edges`: the `PairEdges` of a pair-layout table already read."""
-    t_start = time.perf_counter()
-    if isinstance(responses, (str, Path)):
-        source = source or str(responses)
-        df, pair_edges = load_responses(responses)
-    else:
-        source = source or "responses"
-        df, edges = as_responses(responses, source=source)
-        pair_edges = pair_edges if pair_edges is not None else edges
-    config = _config_with(config, overrides)
-    _check_column_edges(config, pair_edges, source)
-    on = config.on or (("answer", "rot") if "rot" in df.columns else ("answer",))
+    ScoreConfig fields. `pair_edges`: the `PairEdges` of a pair-layout table already read.
 
-    report = validate(df, on)
-    if not report.ok and not config.skip_invalid:
-        raise SageInputError(report.first_problem(source))
-    skipped = sorted(report.bad_rows)
-    skipped_by_model = df["model"].iloc[[r - 1 for r in skipped]].value_counts().to_dict()
+    The table is scored `chunk_questions` questions at a time (`sage.data.response_stream`), so
+    memory does not grow with the number of questions. With `out_dir`, each chunk's scored rows
+    and edges are appended to `responses.<table_format>` and `edges.<table_format>` there as it
+    finishes (and `ScoreResult.responses`/`.edges` stay None); otherwise they are returned.
+    `model_name` labels every row; `default_model` labels a table without a model column."""
+    from sage.data.pair_layout import is_pair_layout
+    from sage.data.response_stream import Labels, index_table, peek_columns, question_chunks
+    from sage.data.responses import canonical_order
+    from sage.data.table_sink import TableSink
+
+    t_start = time.perf_counter()
+    source = source or (str(responses) if isinstance(responses, (str, Path)) else "responses")
+    config = _config_with(config, overrides)
+    table = responses
+    if isinstance(responses, pd.DataFrame) and pair_edges is not None:
+        table = responses  # nodes already rebuilt from a pair-layout file by the caller
+    elif is_pair_layout(pd.DataFrame(columns=peek_columns(responses))):
+        # The authors' pair files are small; their nodes are rebuilt from the whole file.
+        table, pair_edges = (as_responses(responses, source=source, default_model=default_model)
+                             if isinstance(responses, pd.DataFrame) else load_responses(responses, default_model))
+    _check_column_edges(config, pair_edges, source)
+    columns = peek_columns(table)
+    on = config.on or (("answer", "rot") if "rot" in columns else ("answer",))
+
+    labels = Labels(default=default_model, override=model_name)
+    index = index_table(table, on, source, labels)
+    if not index.report.ok and not config.skip_invalid:
+        raise SageInputError(index.report.first_problem(source))
+    skipped = sorted(index.report.bad_rows)
     if skipped:
         log.warning("%s: skipping %d rows with empty texts (rows %s)", source, len(skipped), skipped[:10])
-        df = df.drop(index=df.index[[r - 1 for r in skipped]])
-    df = df.reset_index(drop=True)
 
-    keys, group_rows = [], []
-    for key, rows in df.groupby(["model", "question_id"], sort=False).indices.items():
-        keys.append(key)
-        group_rows.append(np.sort(rows))
-    texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in on}
-    # The question each group answers (the LLM judge shows it); None where the table has none.
-    questions_text = [str(df["question"].iloc[r[0]]) if "question" in df.columns and pd.notna(df["question"].iloc[r[0]])
-                      else None for r in group_rows]
-
-    timings: dict[str, float] = {}
-    sims: dict[tuple[str, str], list] = {(n, c): [] for n in config.needed_similarities() for c in on}
-    relations: dict[tuple[str, str], list] = {}
-    for name in config.column_edges():  # read, not computed: the pair file's values between these nodes
-        for col in on:
-            sims[(name, col)] = [_column_matrix(pair_edges, name, col, df, key, rows)
-                                 for key, rows in zip(keys, group_rows)]
-    similarities = {}
-    for name in config.needed_similarities():
-        t0 = time.perf_counter()
-        similarities[name] = build_similarity(name, config.similarity)  # models load once per run
-        timings[f"load_{name}"] = time.perf_counter() - t0
-    # Questions in chunks: model work stays batched while per-text caches stay bounded.
-    chunks = [range(i, min(i + config.chunk_questions, len(keys))) for i in range(0, len(keys), config.chunk_questions)]
-    forward = 0.0
-    bar = tqdm(total=len(chunks) * len(similarities) * len(on), desc="scoring", disable=not progress, unit="step")
-    for chunk in chunks:
-        for name, sim in similarities.items():
-            clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
-            t0, f0 = time.perf_counter(), clock.seconds if clock else None
-            for col in on:
-                bar.set_postfix_str(f"{name} on {col}")
-                groups, contexts = [texts[col][g] for g in chunk], [questions_text[g] for g in chunk]
-                sims[(name, col)].extend(sim.matrices(groups, contexts))
-                if sim.judges_equivalence:  # served from the similarity's own per-pair cache
-                    relations.setdefault((name, col), []).extend(sim.relations(groups, contexts))
-                bar.update(1)
-            timings[f"compute_{name}"] = timings.get(f"compute_{name}", 0.0) + time.perf_counter() - t0
-            if f0 is not None:
-                forward += clock.seconds - f0
-        for sim in similarities.values():
-            sim.release()
+    scorer = _ChunkScorer(config, on, pair_edges)
+    sinks = ({name: TableSink(Path(out_dir) / f"{name}.{table_format}") for name in ("responses", "edges")}
+             if out_dir is not None else None)
+    kept: dict[str, list] = {"responses": [], "edges": []}
+    question_rows: list[dict] = []
+    n_chunks = -(-sum(v > 0 for v in index.valid_rows.values()) // config.chunk_questions)
+    bar = tqdm(total=n_chunks, desc="scoring", disable=not progress, unit="chunk")
+    for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
+        chunk = canonical_order(chunk.reset_index(drop=True))
+        rows, edges = scorer.score(chunk)
+        question_rows += rows
+        for name, part in (("responses", chunk), ("edges", edges)):
+            if sinks is not None:
+                sinks[name].append(part)
+            else:
+                kept[name].append(part)
+        bar.update(1)
     bar.close()
+    if sinks is not None:
+        for sink in sinks.values():
+            sink.close()
 
-    t0 = time.perf_counter()
-    rows = []
-    metrics = config.question_metrics()
-    for gi, (model, qid) in enumerate(keys):
-        first = group_rows[gi][0]
-        row = {"model": model, "question_id": qid, "n": len(group_rows[gi])}
-        if "question" in df.columns:
-            row["question"] = df["question"].iloc[first]
-        frame = df.iloc[group_rows[gi]]
-        for col in on:
-            view = QuestionView(col, texts[col][gi], {n: sims[(n, c)][gi] for n, c in sims if c == col},
-                                {n: relations[(n, col)][gi] for n in similarities if (n, col) in relations}, frame)
-            for metric in metrics:
-                row.update(metric.columns(config, view))
-        rows.append(row)
-    questions = pd.DataFrame(rows)
-    from sage.metrics.edge_table import edge_table
-
-    edges = edge_table(df, keys, group_rows, on, sims, relations)
-    timings["sge_and_aggregation"] = time.perf_counter() - t0
-    timings["model_forward"] = forward
-    timings["total"] = time.perf_counter() - t_start
-
-    summary = _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings)
-    summary["similarities"] = {n: sim.describe() for n, sim in similarities.items()}
-    summary["warnings"] = [w for sim in similarities.values() for w in sim.warnings()]
+    questions = pd.DataFrame(question_rows)
+    if len(questions):  # the order questions first appear in the table, whatever order they finished in
+        order = [index.order[(m, q)] for m, q in zip(questions["model"], questions["question_id"])]
+        questions = questions.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    timings = {**scorer.timings, "total": time.perf_counter() - t_start}
+    summary = _summarize(questions, index, config, on, skipped, source, timings)
+    summary["similarities"] = {n: sim.describe() for n, sim in scorer.similarities.items()}
+    summary["warnings"] = [w for sim in scorer.similarities.values() for w in sim.warnings()]
     for w in summary["warnings"]:
         log.warning("%s", w)
     if pair_edges is not None:
@@ -251,7 +231,72 @@ def score_responses(
         for (m, q), why in pair_edges.incomplete.items():
             log.warning("%s: question %s: pairs do not form a complete graph (%s); its column edges are not used",
                         source, q, why)
-    return ScoreResult(questions=questions, summary=summary, responses=df, edges=edges)
+    joined = {name: (pd.concat(parts, ignore_index=True) if parts else None) for name, parts in kept.items()}
+    return ScoreResult(questions=questions, summary=summary, responses=joined["responses"], edges=joined["edges"])
+
+
+class _ChunkScorer:
+    """Scores chunks of whole questions with similarities built once per run."""
+
+    def __init__(self, config: ScoreConfig, on: tuple[str, ...], pair_edges):
+        self.config, self.on, self.pair_edges = config, on, pair_edges
+        self.metrics = config.question_metrics()
+        self.timings: dict[str, float] = {"model_forward": 0.0, "sge_and_aggregation": 0.0}
+        self.similarities = {}
+        for name in config.needed_similarities():
+            t0 = time.perf_counter()
+            self.similarities[name] = build_similarity(name, config.similarity)  # models load once per run
+            self.timings[f"load_{name}"] = time.perf_counter() - t0
+
+    def score(self, df: pd.DataFrame) -> tuple[list[dict], pd.DataFrame]:
+        """Per-question metric rows and the edge table of one chunk."""
+        from sage.metrics.edge_table import edge_table
+
+        keys, group_rows = [], []
+        for key, rows in df.groupby(["model", "question_id"], sort=False).indices.items():
+            keys.append(key)
+            group_rows.append(np.sort(rows))
+        texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in self.on}
+        # The question each group answers (the LLM judge shows it); None where the table has none.
+        contexts = [str(df["question"].iloc[r[0]]) if "question" in df.columns and pd.notna(df["question"].iloc[r[0]])
+                    else None for r in group_rows]
+        sims: dict[tuple[str, str], list] = {}
+        relations: dict[tuple[str, str], list] = {}
+        for name in self.config.column_edges():  # read, not computed: the pair file's values
+            for col in self.on:
+                sims[(name, col)] = [_column_matrix(self.pair_edges, name, col, df, key, rows)
+                                     for key, rows in zip(keys, group_rows)]
+        for col in self.on:  # one text column at a time: per-text caches hold one column's texts
+            for name, sim in self.similarities.items():
+                clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
+                t0, f0 = time.perf_counter(), clock.seconds if clock else None
+                groups = [texts[col][g] for g in range(len(keys))]
+                sims[(name, col)] = sim.matrices(groups, contexts)
+                if sim.judges_equivalence:  # served from the similarity's own per-pair cache
+                    relations[(name, col)] = sim.relations(groups, contexts)
+                self.timings[f"compute_{name}"] = self.timings.get(f"compute_{name}", 0.0) + time.perf_counter() - t0
+                if f0 is not None:
+                    self.timings["model_forward"] += clock.seconds - f0
+            for sim in self.similarities.values():
+                sim.release()
+
+        t0 = time.perf_counter()
+        out = []
+        for gi, (model, qid) in enumerate(keys):
+            row = {"model": model, "question_id": qid, "n": len(group_rows[gi])}
+            if "question" in df.columns:
+                row["question"] = df["question"].iloc[group_rows[gi][0]]
+            frame = df.iloc[group_rows[gi]]
+            for col in self.on:
+                view = QuestionView(col, texts[col][gi], {n: sims[(n, c)][gi] for n, c in sims if c == col},
+                                    {n: relations[(n, col)][gi] for n in self.similarities if (n, col) in relations},
+                                    frame)
+                for metric in self.metrics:
+                    row.update(metric.columns(self.config, view))
+            out.append(row)
+        edges = edge_table(df, keys, group_rows, self.on, sims, relations)
+        self.timings["sge_and_aggregation"] += time.perf_counter() - t0
+        return out, edges
 
 
 def _check_column_edges(config: ScoreConfig, pair_edges, source: str) -> None:
@@ -286,13 +331,14 @@ def _config_with(config: ScoreConfig | None, overrides: dict) -> ScoreConfig:
     return ScoreConfig(**fields)
 
 
-def _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings) -> dict:
+def _summarize(questions, index, config, on, skipped, source, timings) -> dict:
     metric_cols = [c for c in questions.columns if c not in ("model", "question_id", "question", "n")]
+    skipped_by_model = index.skipped_per_model
     models = {}
     for model, q in questions.groupby("model", sort=False):
         defined = q["n"] >= 2
         models[model] = {
-            "n_rows": int((df["model"] == model).sum()),
+            "n_rows": int(index.rows_per_model.get(model, 0)),
             "n_questions": int(len(q)),
             "n_undefined": int((~defined).sum()),
             "n_questions_scored": int(defined.sum()),

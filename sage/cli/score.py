@@ -107,12 +107,15 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--n-boot", type=int, default=2000, show_default=True, help="Bootstrap resamples for the CIs.")
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
 @precision_options
+@click.option("--table-format", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
+              help="Format of questions, responses and edges tables (parquet for large runs).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 @preset_option()
 def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
             nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, bertscore_model,
-            bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, no_progress):
+            bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
+            no_progress):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -120,7 +123,6 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     import dataclasses
     import re
 
-    from sage.data.responses import load_responses
     from sage.errors import SageInputError
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
@@ -140,13 +142,8 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     )
     if responses is not None and model is not None:
         raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")
-    pair_edges = None
     if responses is not None:
-        df, pair_edges = load_responses(responses)
-        if model_name:
-            df["model"] = model_name
-        elif (df["model"] == "model").all():
-            df["model"] = responses.stem
+        df, labels = responses, {"model_name": model_name, "default_model": responses.stem}  # read in chunks
         source = str(responses)
         out = out or Path("runs") / responses.stem
     else:
@@ -155,21 +152,23 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
                        rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out,
                        record_logprobs)
+        labels = {}
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two
         # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.
         config = dataclasses.replace(config, skip_invalid=True)
-    result = score_responses(df, config, source=source, progress=not no_progress, pair_edges=pair_edges)
+    result = score_responses(df, config, source=source, progress=not no_progress, out_dir=out,
+                             table_format=table_format, **labels)
     if responses is None:
         from sage.pipeline import add_paraphrase_report
 
         add_paraphrase_report(result.summary, df)
-    result.write(out)
+    result.write(out, table_format)
     _print_summary(result.summary)
     for w in result.summary.get("warnings", []):
         click.echo(f"warning: {w}", err=True)
-    click.echo(f"wrote {out / 'questions.csv'}, {out / 'summary.json'}, {out / 'summary.md'}, {out / 'responses.csv'}, "
-               f"{out / 'edges.csv'}")
+    written = [out / f"{name}.{table_format}" for name in ("questions", "responses", "edges")]
+    click.echo(f"wrote {', '.join(map(str, written))}, {out / 'summary.json'}, {out / 'summary.md'}")
     if not any(m["n_questions_scored"] for m in result.summary["models"].values()):
         click.echo(f"error: no question has two or more answers, so nothing could be scored (see {out / 'summary.json'}); "
                    "add paraphrases or samples (--paraphrases, --samples), or lower --min-parascore", err=True)
