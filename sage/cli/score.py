@@ -97,6 +97,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--judge-base-url", "judge_base_urls", multiple=True, help="OpenAI-compatible endpoint(s) of the judge.")
 @click.option("--judge-cache", type=click.Path(dir_okay=False), default=None,
               help="Generation cache for judge calls (default: $SAGE_CACHE_DIR/generations.sqlite).")
+@click.option("--encoder-backend", type=click.Choice(["torch", "onnx"]), default="torch", show_default=True,
+              help="Run the sentence encoder (cosine, BERTScore) with torch or ONNX Runtime (the onnx extra).")
 @click.option("--bertscore-model", default=None, help="BERTScore encoder id or path (default: the embedder).")
 @click.option("--bertscore-layers", type=int, default=None, help="BERTScore layer (default: the model's last).")
 @click.option("--model-name", default=None, help="Model label when the table has no 'model' column (default: file stem).")
@@ -113,7 +115,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @preset_option()
 def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
-            nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, bertscore_model,
+            nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
             bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
             no_progress):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
@@ -134,7 +136,8 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
-                                     bertscore_layers=bertscore_layers, device=device, nli_model=nli_model,
+                                     bertscore_layers=bertscore_layers, device=device, encoder_backend=encoder_backend,
+                                     nli_model=nli_model,
                                      nli_edge=nli_edge, nli_batch_size=nli_batch_size, judge_model=judge_model,
                                      judge_backend=judge_backend, judge_base_urls=tuple(judge_base_urls),
                                      cache_path=judge_cache),

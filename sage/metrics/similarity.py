@@ -83,16 +83,16 @@ class CosineSimilarity(PairwiseSimilarity):
 
     name = "cosine"
 
-    def __init__(self, model: str | None = None, device: str | None = None):
+    def __init__(self, model: str | None = None, device: str | None = None, backend: str = "torch"):
         from sage.metrics.encoder import shared_encoder
 
         self.model_name = model or "all-minilm-l6-v2"
-        self.encoder = shared_encoder(model, device)
+        self.encoder = shared_encoder(model, device, backend)
         self.clock = self.encoder.clock
 
     @classmethod
     def from_options(cls, o):
-        return cls(model=o.embedder, device=o.device)
+        return cls(model=o.embedder, device=o.device, backend=o.encoder_backend)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.encoder.sentence_embeddings(texts)
@@ -103,7 +103,7 @@ class CosineSimilarity(PairwiseSimilarity):
         return [emb[ix] @ emb[ix].T for ix in index]
 
     def describe(self):
-        return {"name": self.name, "model": self.model_name}
+        return {"name": self.name, "model": self.model_name, "encoder_backend": self.encoder.backend}
 
     def release(self):
         self.encoder.clear_cache()
@@ -121,12 +121,13 @@ class BertScoreSimilarity(PairwiseSimilarity):
     name = "bertscore"
 
     def __init__(self, model: str | None = None, num_layers: int | None = None,
-                 device: str | None = None, batch_size: int = 64, embedder: str | None = None):
+                 device: str | None = None, batch_size: int = 64, embedder: str | None = None,
+                 backend: str = "torch"):
         from sage.metrics.encoder import shared_encoder
 
         self.model_name = model or embedder or "all-minilm-l6-v2"
         self.batch_size = batch_size
-        encoder = shared_encoder(embedder, device)
+        encoder = shared_encoder(embedder, device, backend)
         path = str(resolve_model_path(model, what="BERTScore model")) if model else encoder.path
         self.num_layers = num_layers or self._layer_count(path)
         self.shared = path == encoder.path and self.num_layers == encoder.num_layers
@@ -149,7 +150,8 @@ class BertScoreSimilarity(PairwiseSimilarity):
 
     @classmethod
     def from_options(cls, o):
-        return cls(model=o.bertscore_model, num_layers=o.bertscore_layers, device=o.device, embedder=o.embedder)
+        return cls(model=o.bertscore_model, num_layers=o.bertscore_layers, device=o.device, embedder=o.embedder,
+                   backend=o.encoder_backend)
 
     def matrices(self, groups, contexts=None):
         if self.shared:
@@ -235,6 +237,7 @@ class SimilarityOptions:
     bertscore_model: str | None = None  # default: the embedder
     bertscore_layers: int | None = None  # default: all layers of that model
     device: str | None = None
+    encoder_backend: str = "torch"  # torch, or onnx (ONNX Runtime; the `onnx` extra)
     nli_model: str | None = None  # HF sequence-classification NLI model (id in the local cache or path)
     nli_edge: str = "entail"  # entail: mean bidirectional P(entailment); not-contradict: 1 - max P(contradiction)
     nli_batch_size: int = 32
