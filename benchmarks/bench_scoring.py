@@ -7,7 +7,10 @@ Data: the SaGE quality100 file (500 answers, 500 RoTs, 100 questions).
   SGE nodes encoded one at a time. Run on a sample of questions (it takes ~1 s per pair) and
   projected per pair to the full file; ours is timed on the same sample and on the full file.
 
-    python benchmarks/bench_scoring.py [--repeats 3] [--sample-questions 5] [--json out.json]
+    python benchmarks/bench_scoring.py [--repeats 3] [--sample-questions 5] [--backends torch,onnx] [--json out.json]
+
+Ours runs once per encoder backend (torch, ONNX Runtime) in each repeat, beside the reference, so
+the ratios come from one run on the same machine state; medians over the repeats.
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample-questions", type=int, default=5)
+    ap.add_argument("--backends", default="torch,onnx", help="Encoder backends to time (comma-separated).")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if not args.data.exists():
@@ -72,8 +76,9 @@ def main(argv=None) -> int:
     import torch
 
     from sage.data.responses import read_responses
+    from sage.metrics.similarity import SimilarityOptions
     from sage.models.resolve import bundled_embedder_path
-    from sage.scoring import score_responses
+    from sage.scoring import ScoreConfig, score_responses
 
     torch.set_num_threads(2)
     df = read_responses(args.data)
@@ -82,18 +87,28 @@ def main(argv=None) -> int:
     n_pairs_full = int(sum(len(g) * (len(g) - 1) // 2 for _, g in df.groupby("question_id"))) * 2
     n_pairs_sample = int(sum(len(g) * (len(g) - 1) // 2 for _, g in sample.groupby("question_id"))) * 2
 
-    ours_full, ours_sample, outside_share, outside_share_excl_load, ref_sample = [], [], [], [], []
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    timed = {b: {"full": [], "sample": [], "outside": [], "outside_excl_load": []} for b in backends}
+    ref_sample, sge_gap = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        res = score_responses(df, progress=False)
-        ours_full.append(time.perf_counter() - t0)
-        t = res.summary["timings_seconds"]
-        load = sum(v for k, v in t.items() if k.startswith("load_"))
-        outside_share.append((t["total"] - t["model_forward"]) / t["total"])
-        outside_share_excl_load.append((t["total"] - load - t["model_forward"]) / (t["total"] - load))
-        t0 = time.perf_counter()
-        score_responses(sample, progress=False)
-        ours_sample.append(time.perf_counter() - t0)
+        firsts = {}
+        for backend in backends:
+            config = ScoreConfig(similarity=SimilarityOptions(encoder_backend=backend))
+            score_responses(sample, config, progress=False)  # models loaded (and ONNX exported) before timing
+            t0 = time.perf_counter()
+            res = score_responses(df, config, progress=False)
+            timed[backend]["full"].append(time.perf_counter() - t0)
+            firsts[backend] = res.questions
+            t = res.summary["timings_seconds"]
+            load = sum(v for k, v in t.items() if k.startswith("load_"))
+            timed[backend]["outside"].append((t["total"] - t["model_forward"]) / t["total"])
+            timed[backend]["outside_excl_load"].append((t["total"] - load - t["model_forward"]) / (t["total"] - load))
+            t0 = time.perf_counter()
+            score_responses(sample, config, progress=False)
+            timed[backend]["sample"].append(time.perf_counter() - t0)
+        if len(firsts) > 1:
+            a, b = (firsts[k] for k in backends[:2])
+            sge_gap.append(float(max(np.nanmax(np.abs(a[c] - b[c])) for c in ("sge_answer", "sge_rot"))))
         groups = {c: [g[c].tolist() for _, g in sample.groupby("question_id", sort=False)] for c in ("answer", "rot")}
         t0 = time.perf_counter()
         reference_scoring(groups, str(bundled_embedder_path()))
@@ -106,17 +121,21 @@ def main(argv=None) -> int:
         "pairs_full": n_pairs_full,
         "pairs_sample": n_pairs_sample,
         "repeats": args.repeats,
-        "ours_full_s": med(ours_full),
-        "ours_sample_s": med(ours_sample),
         "reference_sample_s": med(ref_sample),
         "reference_per_pair_s": ref_per_pair,
         "reference_full_projected_s": ref_per_pair * n_pairs_full,
-        "speedup_same_sample": med(ref_sample) / med(ours_sample),
-        "speedup_full_projected": ref_per_pair * n_pairs_full / med(ours_full),
-        "share_outside_forward_incl_load": med(outside_share),
-        "share_outside_forward_excl_load": med(outside_share_excl_load),
         "torch_threads": torch.get_num_threads(),
+        "max_abs_sge_difference_between_backends": max(sge_gap) if sge_gap else None,
     }
+    for backend, t in timed.items():
+        result[backend] = {
+            "ours_full_s": med(t["full"]),
+            "ours_sample_s": med(t["sample"]),
+            "speedup_same_sample": med(ref_sample) / med(t["sample"]),
+            "speedup_full_projected": ref_per_pair * n_pairs_full / med(t["full"]),
+            "share_outside_forward_incl_load": med(t["outside"]),
+            "share_outside_forward_excl_load": med(t["outside_excl_load"]),
+        }
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -55,8 +55,13 @@ class SentenceEncoder:
 
     def _encode_missing(self, texts: Sequence[str]) -> None:
         missing = list(dict.fromkeys(t for t in texts if t not in self._sentence))
-        if not missing:
-            return
+        # A few batches at a time: each output is a view of its whole padded batch tensor, so
+        # holding every output until the end would keep every batch alive at once.
+        step = 4 * self.batch_size
+        for start in range(0, len(missing), step):
+            self._encode_slice(missing[start:start + step])
+
+    def _encode_slice(self, missing: list[str]) -> None:
         if self._onnx is not None:
             outputs = self._onnx.encode(missing, self.batch_size, self.clock)
         else:
