@@ -47,7 +47,8 @@ class BackendOptions:
 
     device: str | None = None  # transformers: cpu / cuda (default: cuda when available)
     dtype: str = "float32"
-    batch_size: int = 16  # transformers: prompts per forward pass
+    batch_size: int = 16  # transformers: prompts per forward pass (rows in flight)
+    continuous_batching: bool = True  # transformers: a finished row's slot goes to a waiting prompt
     base_urls: tuple[str, ...] = ()  # openai: one or more OpenAI-compatible endpoints
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 8  # openai: requests in flight
