@@ -91,6 +91,11 @@ class GenerationBackend(ABC):
     """Batched generation. Implementations must be deterministic for a fixed seed and sample."""
 
     name: str = ""
+    #: False for backends that stay on the driver under a cluster executor (a network client, a
+    #: Python function of the driver's process); True where workers can each hold a copy.
+    distributable: bool = True
+    #: Workers generating at once (a cluster backend's pool size); callers size their batches by it.
+    parallelism: int = 1
 
     @property
     @abstractmethod

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from sage.cli.options import csv_list
+from sage.cli.options import csv_list, executor_options, pop_executor
 
 
 def _print_summary(summary: dict) -> None:
@@ -37,14 +37,16 @@ def _print_summary(summary: dict) -> None:
 
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, max_new_tokens, seed, device, out):
+              min_parascore, max_new_tokens, seed, device, out, executor="local", executor_opts=None):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.pipeline import PipelineConfig, run_pipeline
 
     options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
                    rot_model=rot_model, seed=seed, device=device, out_dir=str(out),
-                   answer_max_new_tokens=max_new_tokens)
+                   answer_max_new_tokens=max_new_tokens, executor=executor)
+    if executor_opts is not None:
+        options["executor_options"] = executor_opts
     if min_parascore is not None:
         options["min_parascore"] = min_parascore
     return run_pipeline(PipelineConfig(**options))
@@ -85,9 +87,10 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--n-boot", type=int, default=2000, show_default=True, help="Bootstrap resamples for the CIs.")
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@executor_options
 def command(responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
-            model_name, skip_invalid, out, seed, n_boot, device, no_progress):
+            model_name, skip_invalid, out, seed, n_boot, device, no_progress, **executor_kw):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -100,6 +103,7 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
 
+    executor, executor_opts = pop_executor(executor_kw)
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
@@ -121,7 +125,7 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
         model = model or "smollm2-135m"
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-                       rot_model, min_parascore, max_new_tokens, seed, device, out)
+                       rot_model, min_parascore, max_new_tokens, seed, device, out, executor, executor_opts)
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two
         # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.

@@ -102,10 +102,12 @@ def make_backend(
     options: BackendOptions | None = None,
     *,
     cache_path: str | Path | None = None,
+    executor=None,
 ) -> GenerationBackend:
-    """Instantiate `spec.backend` for `spec.model_id`, wrapped in the generation cache."""
+    """Instantiate `spec.backend` for `spec.model_id` where `executor` (a `sage.executors.Executor`,
+    default: this process) runs it, wrapped in the driver's generation cache."""
+    from sage.executors import make_executor
     from sage.generation.cache import CachedBackend, GenerationCache
 
-    cls = BACKENDS.get(spec.backend)
-    backend = cls(spec.model_id, options or BackendOptions())
+    backend = make_executor(executor).generation_backend(spec, options or BackendOptions())
     return CachedBackend(backend, GenerationCache(cache_path))

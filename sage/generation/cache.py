@@ -135,6 +135,7 @@ class CachedBackend(GenerationBackend):
         self.cache = cache if cache is not None else GenerationCache()
         self.name = inner.name
         self._identity = inner.identity()  # once: fingerprinting reads the weight files' ends
+        self.parallelism = inner.parallelism
         self.calls = 0
 
     @property

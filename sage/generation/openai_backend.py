@@ -25,6 +25,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 @BACKENDS.register("openai")
 class OpenAIBackend(GenerationBackend):
     name = "openai"
+    distributable = False  # stays on the driver under a cluster executor
 
     def __init__(self, model: str, options: BackendOptions | None = None):
         import openai
