@@ -14,12 +14,19 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from sage.data.records import RecordStore
 from sage.editing.dataset import load_countermoral
-from sage.editing.runner import RunConfig, editing_pool, evaluate, run, run_dir, run_settings
+from sage.editing.runner import (
+    RunConfig,
+    editing_pool,
+    evaluate,
+    run,
+    run_dir,
+    run_settings,
+)
 from sage.errors import SageInputError
 from sage.provenance import check_resume_settings
 

@@ -14,8 +14,9 @@ wraps it in its own `CachedBackend`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from sage.errors import SageInputError
 from sage.registry import Registry
@@ -67,7 +68,7 @@ class Executor(ABC):
 
     def release(self, key: str) -> None:
         """Drop the workers built under `key` (their memory, or their cluster resources)."""
-        return None
+        return
 
     def workers(self, gpus: float | None = None) -> int:
         """How many units run at once."""

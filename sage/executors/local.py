@@ -1,7 +1,8 @@
 """`local`: everything in this process, one unit after another (today's single-process path)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from sage.executors.base import EXECUTORS, Executor
 

@@ -20,12 +20,13 @@ import logging
 import math
 import os
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
-from sage.executors.base import EXECUTORS, Executor
 from sage.errors import SageInputError
+from sage.executors.base import EXECUTORS, Executor
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,18 @@ class _ActorBody:
 class _Pool:
     def __init__(self, ray, actors: list, retries: int):
         self.ray, self.actors, self.retries = ray, actors, retries
+        self.pids = self._started()
+
+    def _started(self) -> list[int]:
+        """Waits until every worker is built (its model loaded), so start-up errors surface here."""
+        from ray.exceptions import RayActorError
+
+        try:
+            return self.ray.get([a.pid.remote() for a in self.actors])
+        except RayActorError as exc:
+            self.kill()
+            lines = [ln for ln in str(exc).splitlines() if "Error" in ln]
+            raise SageInputError(f"a Ray worker could not start: {lines[-1].strip() if lines else exc}") from exc
 
     def call_all(self, name: str, *args) -> list:
         return self.ray.get([a.call.remote(name, *args) for a in self.actors])
@@ -174,12 +187,14 @@ class RayExecutor(Executor):
         n = self.workers(gpus)
         log.info("starting %d Ray workers (%s CPU, %s GPU each)", n, self.options.cpus_per_worker, gpus)
         pool = _Pool(self.ray, [cls.remote(factory, threads) for _ in range(n)], retries)
+        log.info("Ray workers ready (process ids %s)", pool.pids)
         self._pools[key if key is not None else f"anonymous-{id(pool)}"] = pool
         return pool
 
-    def actors(self) -> list:
-        """Every live actor of this executor's pools (for inspection and fault-injection tests)."""
-        return [a for p in self._pools.values() for a in p.actors]
+    def actors(self) -> list[tuple[Any, int]]:
+        """(actor, process id at start) of every worker of this executor's pools (for inspection
+        and fault-injection tests; a restarted worker has a new process id)."""
+        return [(a, pid) for p in self._pools.values() for a, pid in zip(p.actors, p.pids)]
 
     # ------------------------------------------------------------------ work
     def map(self, factory: Callable[[], Any], units: Sequence[Any], *, gpus: float | None = None,

@@ -17,7 +17,7 @@ cache the queue is decoded in fixed batches.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterator
+from collections.abc import Iterator
 
 from sage.api import Generation, SamplingParams
 
@@ -42,7 +42,7 @@ class _Batch:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
             self.attn = self.attn[:, start:]
 
-    def merge(self, other: "_Batch") -> None:
+    def merge(self, other: _Batch) -> None:
         """Append `other`'s rows, left-padding the shorter cache to the common length."""
         import torch
         import torch.nn.functional as F
