@@ -101,29 +101,34 @@ def test_make_backend_by_alias_wraps_in_cache(tmp_path):
     assert b.calls == 1 and again[0].cached and again[0].text == out[0].text
 
 
-def _forward_calls(lm):
+def _decode_steps(lm):
+    """Counts the model's one-token (decode) forward passes; prefills are not counted."""
     calls = []
-    handle = lm.model.register_forward_hook(lambda *a: calls.append(1))
-    return calls, handle
+
+    def hook(module, args, kwargs, output):
+        if kwargs["input_ids"].shape[1] == 1:
+            calls.append(kwargs["input_ids"].shape[0])
+
+    return calls, lm.model.register_forward_hook(hook, with_kwargs=True)
 
 
 def test_continuous_batching_equals_one_at_a_time_in_fewer_steps(backend):
-    """Real answer prompts and short greetings through 3 rows: finished rows are replaced by waiting
-    prompts (fewer forward passes than fixed batches) and greedy text equals one prompt at a time."""
+    """Chat turns whose replies end after 6 to 24 tokens, and real answer prompts, through 3 rows:
+    finished rows are replaced by waiting prompts (fewer decode steps than fixed batches) and greedy
+    text equals one prompt at a time."""
     from sage.data.questions import read_questions
     from sage.generation.hf import TransformersBackend
     from sage.generation.stages import answer_messages
 
-    params = SamplingParams(max_new_tokens=20, logprobs=True)
-    questions = read_questions()["question"].tolist()[:5]
-    reqs = [GenerationRequest(messages=answer_messages(q), params=params) for q in questions[:3]]
-    reqs += _reqs(params, ["Hi", "Hello!", "Good morning"]) + [
-        GenerationRequest(messages=answer_messages(q), params=params) for q in questions[3:]]
+    params = SamplingParams(max_new_tokens=24, logprobs=True)
+    chat = ["Hi", "Thanks!", "Hey", "Bye", "Good night", "Say OK.", "Hello", "Yo", "What is 2+2?", "Hi there"]
+    questions = read_questions()["question"].tolist()[:2]
+    reqs = _reqs(params, chat) + [GenerationRequest(messages=answer_messages(q), params=params) for q in questions]
     opts = dict(device="cpu", batch_size=3)
     continuous = TransformersBackend.from_loaded(backend.lm, backend.model_id, BackendOptions(**opts))
     fixed = TransformersBackend.from_loaded(backend.lm, backend.model_id,
                                             BackendOptions(**opts, continuous_batching=False))
-    calls, handle = _forward_calls(backend.lm)
+    calls, handle = _decode_steps(backend.lm)
     try:
         got = continuous.generate(reqs)
         n_continuous = len(calls)
