@@ -61,6 +61,8 @@ class PipelineConfig:
     parascore_layers: int = 6
     base_urls: tuple[str, ...] = ()
     device: str | None = None
+    dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
+    device_map: str | None = None  # "auto": spread a large model over the GPUs
     batch_size: int = 16
     concurrency: int = 8
     max_retries: int = 5
@@ -93,7 +95,8 @@ class _Backends:
         self._own_executor = executor is None
         self.executor = make_executor(executor or cfg.executor, cfg.executor_options)
         self.options = BackendOptions(
-            device=cfg.device, batch_size=cfg.batch_size, base_urls=tuple(cfg.base_urls),
+            device=cfg.device, dtype=cfg.dtype, device_map=cfg.device_map, batch_size=cfg.batch_size,
+            base_urls=tuple(cfg.base_urls),
             concurrency=cfg.concurrency, max_retries=cfg.max_retries, timeout=cfg.timeout,
             tensor_parallel_size=cfg.tensor_parallel_size, extra=dict(cfg.extra),
         )

@@ -21,6 +21,21 @@ def cache_dir() -> Path:
     return path
 
 
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def offline() -> bool:
+    """No network for models or data: `--offline`, HF_HUB_OFFLINE, or TRANSFORMERS_OFFLINE.
+
+    Read at call time (huggingface_hub reads its flag once at import). HF_HUB_OFFLINE wins over
+    TRANSFORMERS_OFFLINE when both are set, as in huggingface_hub.
+    """
+    if _is_true(os.environ.get("SAGE_OFFLINE")):
+        return True
+    return _is_true(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
+
+
 def default_device() -> str:
     env = os.environ.get("SAGE_DEVICE")
     if env:

@@ -10,6 +10,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SAGE_SHARED_DATA", REPO.parent / "shared" / "data"))
 
+# Tests never reach the internet (as in CI, .ci/run): a hub id that is not local fails at once instead of
+# trying huggingface.co. Download tests set their own environment and talk to servers on loopback.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:

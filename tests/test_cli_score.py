@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -65,9 +66,13 @@ def test_malformed_jsonl(tmp_path):
 
 
 def test_unknown_embedder(tmp_path):
+    offline = {**os.environ, "HF_HUB_OFFLINE": "1"}  # online, a hub id is downloaded (tests/test_models_hub.py)
     proc = run_sage("score", "--responses", str(DEMO), "--embedder", "no-such-org/no-such-model",
-                    "--metrics", "cosine", "--out", str(tmp_path / "o"))
+                    "--metrics", "cosine", "--out", str(tmp_path / "o"), env=offline)
     assert_clean_error(proc, "'no-such-org/no-such-model' is not available locally", "local path")
+    proc = run_sage("score", "--responses", str(DEMO), "--embedder", "no-such-model", "--metrics", "cosine",
+                    "--out", str(tmp_path / "o"), env=offline)
+    assert_clean_error(proc, "'no-such-model' is not available locally", "stsb-distilroberta-base-v2", "org/name")
 
 
 def test_unknown_metric():

@@ -157,3 +157,23 @@ def test_sampling_with_refills_is_seeded_per_request(backend):
     reqs = _reqs(params, PROMPTS + ["Hi", "Name a colour."])
     together = narrow.generate(reqs)
     assert [g.text for g in together] == [narrow.generate([r])[0].text for r in reqs]
+
+
+def test_bfloat16_and_device_map_auto(tmp_path):
+    """Weights in bfloat16 generate (own cache entries: the dtype is part of the identity), and
+    `device_map="auto"` (accelerate; the CPU here) gives the float32 model's greedy text."""
+    from sage.generation.hf import TransformersBackend
+
+    name = generator_name()
+    req = _reqs(SamplingParams(max_new_tokens=8, logprobs=True), PROMPTS[:2])
+    fp32 = TransformersBackend(name, BackendOptions(device="cpu", dtype="float32"))
+    bf16 = TransformersBackend(name, BackendOptions(device="cpu", dtype="bfloat16"))
+    assert str(next(bf16.lm.model.parameters()).dtype) == "torch.bfloat16"
+    outs = bf16.generate(req)
+    assert all(o.text.strip() and all(lp <= 0 and lp == lp for lp in o.token_logprobs) for o in outs)
+    assert bf16.identity()["dtype"] == "bfloat16" and fp32.identity()["dtype"] == "float32"
+    assert bf16.identity() != fp32.identity()
+    auto = TransformersBackend(name, BackendOptions(device="cpu", dtype="auto"))
+    assert auto.identity()["dtype"] == "float32"  # auto on a CPU
+    mapped = TransformersBackend(name, BackendOptions(dtype="float32", device_map="auto"))
+    assert [o.text for o in mapped.generate(req)] == [o.text for o in fp32.generate(req)]

@@ -64,7 +64,7 @@ def test_openai_without_key_or_url_is_one_clear_line(monkeypatch, tmp_path):
 def test_prompt_formats_render_text_and_add_stops():
     msgs = (("system", "Be brief."), ("user", "Is it fair?"))
     reqs = build_requests(PROMPT_FORMATS["vicuna"], [msgs], SamplingParams(max_new_tokens=4))
-    assert reqs[0].messages is None and reqs[0].prompt.endswith("USER: Is it fair?\nASSISTANT:")
+    assert reqs[0].messages is None and reqs[0].prompt == "Be brief. USER: Is it fair? ASSISTANT:"
     assert "USER:" in reqs[0].params.stop
     chat = build_requests(PROMPT_FORMATS["chat"], [msgs], SamplingParams())
     assert chat[0].messages == msgs and chat[0].prompt is None

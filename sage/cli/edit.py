@@ -14,10 +14,11 @@ _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 @click.option("--framework", "frameworks", multiple=True, type=click.Choice(_FRAMEWORKS),
               help="Ethical framework (repeatable); default: all four.")
 @click.option("--subset", type=click.Choice(["broad", "specific"]), default="broad", show_default=True)
-@click.option("--model", default="smollm2-135m", show_default=True, help="Model alias, path or cached HF id.")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Model alias, path or Hugging Face id (downloaded once unless --offline).")
 @click.option("--out", "out_dir", default="results/editing", show_default=True, type=click.Path())
 @click.option("--data", "data_dir", default=None, type=click.Path(),
-              help="CounterMoral directory (default: ../shared/data/countermoral).")
+              help="CounterMoral directory (default: the copy `sage data download countermoral` keeps in the "
+                   "sage cache, downloaded on first use when online).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N entries per framework.")
 @click.option("--batch", is_flag=True, help="Apply all entries of a subset at once (batch methods).")
 @click.option("--hparams", "hparams_file", default=None, type=click.Path(),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import executor_options, pop_executor
+from sage.cli.options import DTYPE_CHOICES, executor_options, pop_executor
 
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
 
@@ -23,6 +23,9 @@ def _common(f):
         click.option("--max-new-tokens", default=None, type=click.IntRange(min=1), help="Tokens per generation."),
         click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
         click.option("--device", default=None, help="cpu or cuda (default: cuda when available)."),
+        click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
+                     help="Model weights' dtype: auto = bfloat16 on CUDA, float32 on CPU."),
+        click.option("--device-map", default=None, help="'auto' spreads a large model over the GPUs (accelerate)."),
         click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
                      help="openai: requests in flight."),
         click.option("--max-retries", default=5, show_default=True, type=click.IntRange(min=0)),
@@ -42,7 +45,7 @@ def _common(f):
 def _config(common: dict, **fields):
     from sage.pipeline import PipelineConfig
 
-    keys = ("base_urls", "seed", "batch_size", "device", "concurrency", "max_retries", "timeout",
+    keys = ("base_urls", "seed", "batch_size", "device", "dtype", "device_map", "concurrency", "max_retries", "timeout",
             "tensor_parallel_size", "cache_path", "out_dir")
     executor, options = pop_executor(dict(common))
     return PipelineConfig(**{k: common[k] for k in keys}, executor=executor, executor_options=options, **fields)
@@ -67,8 +70,9 @@ def command() -> None:
 
 
 @command.command("paraphrases")
-@click.option("--questions", type=click.Path(dir_okay=False), default=None,
-              help="Questions file with question_id,question (default: the built-in demo set).")
+@click.option("--questions", default=None,
+              help="Questions file with question_id,question, or a question set from `sage data list` "
+                   "(default: the built-in demo set).")
 @click.option("--model", default="smollm2-135m", show_default=True, help="Paraphraser model (alias, HF id or path).")
 @click.option("-k", "--paraphrases", "k", default=5, show_default=True, type=click.IntRange(min=1),
               help="Paraphrases kept per question.")
@@ -88,10 +92,11 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
     """Paraphrase questions, keeping candidates above the ParaScore threshold."""
     from pathlib import Path
 
-    from sage.pipeline import generate_paraphrases
     from sage.data.files import write_table
+    from sage.data.questions import questions_path
+    from sage.pipeline import generate_paraphrases
 
-    cfg = _config(common, questions=questions, paraphraser=model, paraphraser_backend=common["backend"],
+    cfg = _config(common, questions=str(questions_path(questions)) if questions else None, paraphraser=model, paraphraser_backend=common["backend"],
                   model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
                   paraphrase_attempts=attempts, paraphrase_requests=requests_per_round,
                   paraphrase_temperature=temperature, paraphrase_temperature_step=temperature_step,
@@ -109,8 +114,8 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 @command.command("answers")
 @click.option("--paraphrases", "paraphrases_file", type=click.Path(dir_okay=False), default=None,
               help="Paraphrase table (question_id, question, paraphrase_id, paraphrase[, paraphrase_score]).")
-@click.option("--questions", type=click.Path(dir_okay=False), default=None,
-              help="Answer the questions as written instead (default: the built-in demo set).")
+@click.option("--questions", default=None,
+              help="Answer the questions (a file or a question set) as written instead (default: the demo set).")
 @click.option("--model", default="smollm2-135m", show_default=True, help="Model under test.")
 @click.option("-s", "--samples", default=1, show_default=True, type=click.IntRange(min=1),
               help="Answers per paraphrase.")
@@ -119,13 +124,13 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 @_common
 def answers_cmd(paraphrases_file, questions, model, samples, temperature, **common):
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
+    from sage.data.questions import questions_path, read_questions
     from sage.pipeline import generate_answers, load_table
-    from sage.data.questions import read_questions
 
     if paraphrases_file:
         table = load_table(paraphrases_file, "paraphrase table")
     else:
-        table = read_questions(questions).drop_duplicates("question_id")
+        table = read_questions(questions_path(questions) if questions else None).drop_duplicates("question_id")
         table = table.assign(paraphrase_id=0, paraphrase=table["question"], paraphrase_score=float("nan"))
     cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
                   samples=samples, temperature=temperature, **_tokens(common, "answer_max_new_tokens"))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 
 import click
 
 from sage import __version__
 from sage.errors import SageInputError
-
 
 # command name -> module defining `command`; modules are imported only when needed.
 COMMANDS = {
@@ -24,6 +24,7 @@ COMMANDS = {
     "correlate": "sage.cli.correlate",
     "report": "sage.cli.report",
     "study": "sage.cli.study",
+    "data": "sage.cli.data",
 }
 
 
@@ -48,11 +49,16 @@ class _SageGroup(click.Group):
 @click.version_option(__version__, prog_name="sage")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
-def cli(verbose: int, quiet: bool) -> None:
+@click.option("--offline", is_flag=True,
+              help="Never touch the network: no model or dataset downloads (same as HF_HUB_OFFLINE=1).")
+def cli(verbose: int, quiet: bool, offline: bool) -> None:
     """SaGE: semantic-graph consistency of language models on moral questions, and moral editing."""
+    if offline:  # before any command imports huggingface_hub, which reads its flag at import
+        os.environ["SAGE_OFFLINE"] = "1"
+        os.environ["HF_HUB_OFFLINE"] = "1"
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "sentence_transformers"):
+    for noisy in ("httpx", "httpx2", "urllib3", "filelock", "huggingface_hub", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from sage.cli.options import csv_list, executor_options, pop_executor
+from sage.cli.options import csv_list, executor_options, pop_executor, precision_options, preset_option
 
 
 def _print_summary(summary: dict) -> None:
@@ -37,13 +37,17 @@ def _print_summary(summary: dict) -> None:
 
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, max_new_tokens, seed, device, out, executor="local", executor_opts=None):
+              min_parascore, max_new_tokens, seed, device, dtype, device_map, out, executor="local",
+              executor_opts=None):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
+    from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig, run_pipeline
 
-    options = dict(model=model, questions=str(questions) if questions else None, k=paraphrases, samples=samples,
+    questions = str(questions_path(questions)) if questions else None
+    options = dict(model=model, questions=questions, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
-                   rot_model=rot_model, seed=seed, device=device, out_dir=str(out),
+                   rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
+                   out_dir=str(out),
                    answer_max_new_tokens=max_new_tokens, executor=executor)
     if executor_opts is not None:
         options["executor_options"] = executor_opts
@@ -58,9 +62,11 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
                    "authors' pair layout) instead of generating one.")
 @click.option("--model", default=None,
               help="Model under test: generate paraphrases, answers and RoTs, then score (default: smollm2-135m "
-                   "when --responses is not given). An alias, a Hugging Face id in the local cache, or a path.")
-@click.option("--questions", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Questions file (question_id, question) for generation (default: the built-in demo set).")
+                   "when --responses is not given). An alias, a Hugging Face id (downloaded once unless "
+                   "--offline), or a path.")
+@click.option("--questions", default=None,
+              help="Questions file (question_id, question) or a question set name from `sage data list` "
+                   "(default: the built-in demo set).")
 @click.option("--paraphrases", type=int, default=5, show_default=True, help="Paraphrases per question (K).")
 @click.option("--samples", type=int, default=1, show_default=True, help="Answers sampled per paraphrase (S).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Answer sampling temperature (0 = greedy).")
@@ -70,7 +76,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=128, show_default=True, help="Tokens per answer.")
-@click.option("--embedder", default=None, help="Sentence-transformers id or path (default: bundled all-MiniLM-L6-v2).")
+@click.option("--embedder", default=None, help="Sentence-transformers id, alias (stsb-distilroberta-base-v2: the "
+                                                "SaGE authors') or path (default: bundled all-MiniLM-L6-v2).")
 @click.option("--metrics", default="sge,bleu,rouge_l,bertscore,cosine", show_default=True,
               help="Comma-separated metrics: sge, bleu, rouge_l, bertscore, cosine.")
 @click.option("--on", "on", default=None, help="Text columns to score: answer,rot (default: answer, plus rot if present).")
@@ -86,11 +93,13 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generation and the bootstrap.")
 @click.option("--n-boot", type=int, default=2000, show_default=True, help="Bootstrap resamples for the CIs.")
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
+@precision_options
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@preset_option()
 @executor_options
-def command(responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
+def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
-            model_name, skip_invalid, out, seed, n_boot, device, no_progress, **executor_kw):
+            model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, no_progress, **executor_kw):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -104,6 +113,10 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
     from sage.scoring import ScoreConfig, score_responses
 
     executor, executor_opts = pop_executor(executor_kw)
+    if no_progress:  # every bar, the generation stages' and the libraries' included (tqdm reads it)
+        import os
+
+        os.environ["TQDM_DISABLE"] = "1"
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
@@ -125,7 +138,8 @@ def command(responses, model, questions, paraphrases, samples, temperature, back
         model = model or "smollm2-135m"
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-                       rot_model, min_parascore, max_new_tokens, seed, device, out, executor, executor_opts)
+                       rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out, executor,
+                       executor_opts)
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two
         # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.

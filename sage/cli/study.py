@@ -21,10 +21,11 @@ def command():
               help="Ethical framework (repeatable); default: all four.")
 @click.option("--subset", type=click.Choice(["broad", "specific"]), default="broad", show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N entries per framework.")
-@click.option("--model", default="smollm2-135m", show_default=True, help="Model alias, path or cached HF id.")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Model alias, path or Hugging Face id (downloaded once unless --offline).")
 @click.option("--out", "out_dir", default="results/edit-consistency", show_default=True, type=click.Path())
 @click.option("--data", "data_dir", default=None, type=click.Path(),
-              help="CounterMoral directory (default: ../shared/data/countermoral).")
+              help="CounterMoral directory (default: the copy `sage data download countermoral` keeps in the "
+                   "sage cache, downloaded on first use when online).")
 @click.option("-k", "--paraphrases", "k", default=5, show_default=True, type=click.IntRange(min=1),
               help="Paraphrases of the open question per entry.")
 @click.option("--question-template", default=None,
@@ -44,6 +45,7 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
 
     With --executor ray, the pre-edit texts and each method's edits run as per-entry units on a Ray
     cluster (--device names the workers' device; default: the driver's)."""
+    from dataclasses import replace
     from pathlib import Path
 
     from sage.editing.base import load_overrides
@@ -62,10 +64,12 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
     cfg = StudyConfig(
         methods=tuple(methods) or StudyConfig.methods, frameworks=tuple(frameworks) or _FRAMEWORKS,
         subset=subset, limit=limit, model=model, out=out_dir,
-        data=str(Path(data_dir) if data_dir else default_data_dir()), k=k,
+        data=str(data_dir) if data_dir else None, k=k,
         question_template=question_template or DEFAULT_QUESTION_TEMPLATE,
         completion_tokens=completion_tokens, answer_tokens=answer_tokens, rot_tokens=rot_tokens,
         overrides=overrides, corpus=corpus, device=device or default_device(), seed=seed)
+    if cfg.data is None:  # options are validated above before CounterMoral is located (or downloaded)
+        cfg = replace(cfg, data=str(default_data_dir()))
     from sage.executors import make_executor
 
     with make_executor(executor, executor_opts) as ex:

@@ -17,9 +17,34 @@ def demo_questions_path() -> Path:
     return Path(str(resources.files("sage").joinpath("resources/demo_questions.csv")))
 
 
+def questions_path(value: str | Path) -> Path:
+    """A questions file: an existing path, or a registered question set (`sage data list`),
+    downloaded into the sage cache when missing and online."""
+    path = Path(value).expanduser()
+    if path.exists():
+        return path
+    from sage.data.registry import QUESTION_SETS
+
+    name = str(value)
+    if name not in QUESTION_SETS:
+        raise SageInputError(
+            f"questions {name!r}: no such file, and not a question set ({', '.join(QUESTION_SETS.names())}); "
+            "pass a questions file (question_id, question) or one of those names (`sage data list`)"
+        )
+    from sage.data.download import ensure_dataset
+
+    qs = QUESTION_SETS.get(name)
+    return ensure_dataset(qs.dataset, files=[qs.file], hint=", or pass --questions FILE") / qs.file
+
+
+# The SaGE authors' column names for paraphrases and their ParaScore.
+_AUTHOR_COLUMNS = {"paraphrased": "paraphrase", "score": "paraphrase_score"}
+
+
 def read_questions(path: str | Path | None = None):
     """Questions as a DataFrame with string `question_id`, `question` and, if the file has
-    them, user-supplied paraphrases in `paraphrase` (one row per paraphrase).
+    them, user-supplied paraphrases in `paraphrase` (one row per paraphrase; the authors'
+    `paraphrased`/`score` columns are read as `paraphrase`/`paraphrase_score`).
 
     No path: the built-in demo set of moral questions.
     """
@@ -40,6 +65,8 @@ def questions_frame(obj, source: str = "questions"):
             raise SageInputError(f"{source}: give a non-empty list of question strings or a table with a 'question' "
                                  "column")
         df = pd.DataFrame({"question": items})
+    if "paraphrased" in df.columns and "paraphrase" not in df.columns:
+        df = df.rename(columns={k: v for k, v in _AUTHOR_COLUMNS.items() if v not in df.columns})
     if "question" not in df.columns:
         raise SageInputError(
             f"{source} has no 'question' column (columns: {', '.join(map(str, df.columns))}); "

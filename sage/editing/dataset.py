@@ -46,17 +46,28 @@ class EditRequest:
 
 
 def default_data_dir() -> Path:
-    """`../shared/data/countermoral` relative to the cwd, else relative to the repository."""
+    """Where CounterMoral is read from without --data, in order:
+
+    `$SAGE_SHARED_DATA/countermoral` when that variable is set and the folder exists (development,
+    tests); the verified copy `sage data download countermoral` put in the sage cache; a
+    development checkout's `../shared/data/countermoral` (only when SAGE_SHARED_DATA is unset);
+    else the pinned files are downloaded into the cache now, or, offline or without network, one
+    line says how to get them.
+    """
+    from sage.data.download import ensure_dataset, local_dataset
+
     env = os.environ.get("SAGE_SHARED_DATA")
-    candidates = [Path(env) / "countermoral"] if env else []
-    candidates += [
-        Path.cwd().parent / "shared" / "data" / "countermoral",
-        Path(__file__).resolve().parents[3] / "shared" / "data" / "countermoral",
-    ]
-    for path in candidates:
-        if path.is_dir():
-            return path
-    return candidates[0]
+    if env and (Path(env) / "countermoral").is_dir():
+        return Path(env) / "countermoral"
+    cached = local_dataset("countermoral")
+    if cached is not None:
+        return cached
+    if not env:
+        for path in (Path.cwd().parent / "shared" / "data" / "countermoral",
+                     Path(__file__).resolve().parents[3] / "shared" / "data" / "countermoral"):
+            if path.is_dir():
+                return path
+    return ensure_dataset("countermoral", hint=", or pass --data DIR (a folder with <framework>/entries.json)")
 
 
 def _str_list(entry: dict, key: str, where: str, min_len: int = 1) -> tuple[str, ...]:

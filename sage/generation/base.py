@@ -46,7 +46,8 @@ class BackendOptions:
     """Runtime options; each backend reads the ones it uses."""
 
     device: str | None = None  # transformers: cpu / cuda (default: cuda when available)
-    dtype: str = "float32"
+    dtype: str = "auto"  # transformers: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32; vllm too
+    device_map: str | None = None  # transformers: "auto" spreads a large model over the GPUs (accelerate)
     batch_size: int = 16  # transformers: prompts per forward pass (rows in flight)
     continuous_batching: bool = True  # transformers: a finished row's slot goes to a waiting prompt
     base_urls: tuple[str, ...] = ()  # openai: one or more OpenAI-compatible endpoints

@@ -28,7 +28,10 @@ class TransformersBackend(GenerationBackend):
         self.options = options or BackendOptions()
         self.device = self.options.device or default_device()
         self._model_id = model
-        self.lm = load_causal_lm(model, device=self.device, dtype=self.options.dtype)
+        self.lm = load_causal_lm(model, device=self.device, dtype=self.options.dtype,
+                                 device_map=self.options.device_map)
+        if self.options.device_map:  # inputs go where the first layers are
+            self.device = str(self.lm.model.device)
         self._init_tokens()
 
     @classmethod

