@@ -230,6 +230,8 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions=None, execut
     `config.questions`). `responses.attrs["model_calls"]` counts the requests that reached a model
     (cache misses). `executor`: an `Executor` to run the backends on (default: `config.executor`).
     """
+    if isinstance(questions, (str, Path)):  # a questions file: the config's field, read below
+        questions, overrides["questions"] = None, str(questions)
     cfg = replace(config or PipelineConfig(), **overrides)
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
