@@ -22,11 +22,17 @@ class PairwiseSimilarity(ABC):
 
     `matrices(groups)` returns one n x n array per group with S[i, j] = sim(reference=i,
     candidate=j). Implementations see all groups at once so they can batch model work
-    (every distinct text encoded once) instead of calling a model per pair.
+    (every distinct text encoded once) instead of calling a model per pair. `contexts`, when
+    given, holds the question each group answers (None where unknown); only similarities that
+    judge answers *to a question* (the LLM judge) read it.
+
+    Similarities that judge equivalence of meaning (NLI, LLM judge) also give `relations`:
+    per group, which node entails which, and the directional values behind it.
     """
 
     name: str = ""
     symmetric: bool = True
+    judges_equivalence: bool = False  # True where `relations` is implemented
 
     @classmethod
     def from_options(cls, options: Any) -> "PairwiseSimilarity":
@@ -34,7 +40,13 @@ class PairwiseSimilarity(ABC):
         return cls()
 
     @abstractmethod
-    def matrices(self, groups: Sequence[Sequence[str]]) -> list[np.ndarray]: ...
+    def matrices(self, groups: Sequence[Sequence[str]],
+                 contexts: Sequence[str | None] | None = None) -> list[np.ndarray]: ...
+
+    def relations(self, groups: Sequence[Sequence[str]],
+                  contexts: Sequence[str | None] | None = None) -> list["EntailmentRelations"] | None:
+        """Directional entailment per group (None for similarities that do not judge it)."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """Configuration recorded next to results (model ids, layers, options)."""
@@ -43,6 +55,25 @@ class PairwiseSimilarity(ABC):
     def release(self) -> None:
         """Drop per-text caches (called between chunks of a run); models stay loaded."""
         return None
+
+    def warnings(self) -> list[str]:
+        """Anything a reader of the results must know (e.g. an approximation that was used)."""
+        return []
+
+
+@dataclass
+class EntailmentRelations:
+    """One group's directional judgments: `entails[i, j]` says node i entails node j (NLI: the
+    most probable label for premise i, hypothesis j is entailment; judge: P(yes) > 0.5 with i shown
+    first). `values` holds the directional numbers behind it (name -> n x n), for inspection."""
+
+    entails: np.ndarray
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def equivalent(self) -> np.ndarray:
+        """Bidirectional entailment: i and j entail each other."""
+        return self.entails & self.entails.T
 
 
 # --------------------------------------------------------------------------- generation
@@ -54,6 +85,9 @@ class SamplingParams:
     seed: int = 0
     stop: tuple[str, ...] = ()
     logprobs: bool = False
+    # Log-probabilities wanted for these strings at the first generated position (each string's
+    # first token as tokenized right after the prompt; see `Generation.candidate_logprobs`).
+    candidates: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -81,10 +115,17 @@ class GenerationRequest:
 
 @dataclass
 class Generation:
+    """`candidate_logprobs`: for each of `SamplingParams.candidates`, the log-probability that the
+    first generated token is the token that starts that string right after the prompt (over the
+    whole vocabulary on transformers and llama.cpp; from the top-20 list on vLLM and the
+    OpenAI-compatible backend, which matches token texts, -inf when not listed); None when the
+    backend returned no log-probabilities."""
+
     text: str
     token_logprobs: list[float] | None = None
     finish_reason: str | None = None
     cached: bool = False
+    candidate_logprobs: dict[str, float] | None = None
 
 
 class GenerationBackend(ABC):

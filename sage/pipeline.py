@@ -31,6 +31,7 @@ RESPONSE_COLUMNS = [
     "question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score",
     "model", "sample", "answer", "rot",
 ]
+LOGPROB_COLUMNS = ["answer_logprob", "answer_tokens"]  # with record_logprobs (weighted semantic entropy)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class PipelineConfig:
     top_p: float = 1.0
     seed: int = 0
     answer_max_new_tokens: int = 128
+    record_logprobs: bool = False  # answers: add answer_logprob (sum of token log-probs) and answer_tokens
     rot_max_new_tokens: int = 48
     paraphrase_max_new_tokens: int | None = None  # default: 40 per paraphrase asked
     paraphrase_temperature: float = 0.7  # first round; later rounds add paraphrase_temperature_step
@@ -186,7 +188,7 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
     try:
         spec, backend = backends.model_under_test()
         params = SamplingParams(max_new_tokens=cfg.answer_max_new_tokens, temperature=cfg.temperature,
-                                top_p=cfg.top_p, seed=cfg.seed)
+                                top_p=cfg.top_p, seed=cfg.seed, logprobs=cfg.record_logprobs)
         items = answer_items(paraphrases, cfg.samples)
         store = _records(cfg, "answers", _fingerprint(spec.model_id, spec.backend, spec.prompt_format, asdict(params)))
         run_items(items, backend, spec.format, params, store, clean_answer, "answer",
@@ -194,6 +196,9 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
         df = _expand_samples(paraphrases, cfg.samples)
         df["model"] = spec.alias
         df["answer"] = [store.records[it.key]["answer"] for it in items]
+        if cfg.record_logprobs:  # of the raw generated tokens (before cleaning), end-of-sequence excluded
+            for extra in LOGPROB_COLUMNS:
+                df[extra] = [store.records[it.key].get(extra) for it in items]
         return df
     finally:
         if own:
@@ -220,33 +225,33 @@ def generate_rots(answers, cfg: PipelineConfig, backends: _Backends | None = Non
             backends.close()
 
 
-def run_pipeline(config: PipelineConfig | None = None, *, questions=None, executor=None, **overrides):
+def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, executor=None, **overrides):
     """Paraphrase -> answer -> RoT; writes `<out_dir>/<output>` and returns the responses table.
 
     Columns: question_id, question, paraphrase_id, paraphrase, paraphrase_score, model, sample,
     answer, rot (no rot when `rots` is off); one row per question x paraphrase x sample. Also
     writes `<out_dir>/paraphrase_candidates.csv` (every candidate, kept or rejected, with scores)
-    and `paraphrase_report.json`. `questions`: a checked questions table (default: read
-    `config.questions`). `responses.attrs["model_calls"]` counts the requests that reached a model
+    and `paraphrase_report.json`. `questions_table`: a checked questions table (default: read
+    `config.questions`, a file). `responses.attrs["model_calls"]` counts the requests that reached a model
     (cache misses). `executor`: an `Executor` to run the backends on (default: `config.executor`).
     """
-    if isinstance(questions, (str, Path)):  # a questions file: the config's field, read below
-        questions, overrides["questions"] = None, str(questions)
     cfg = replace(config or PipelineConfig(), **overrides)
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     backends = _Backends(cfg, executor)
     try:
-        paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions)
+        paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions_table)
         if len(candidates):
             write_table(candidates, out_dir / "paraphrase_candidates.csv")
         if report is not None:
             (out_dir / "paraphrase_report.json").write_text(json.dumps(report, indent=2) + "\n")
         answers = generate_answers(paraphrases, cfg, backends)
         if cfg.rots:
-            responses = generate_rots(answers, cfg, backends)[RESPONSE_COLUMNS]
+            responses = generate_rots(answers, cfg, backends)
         else:
-            responses = answers[[c for c in RESPONSE_COLUMNS if c != "rot"]]
+            responses = answers
+        responses = responses[[c for c in RESPONSE_COLUMNS if c in responses.columns]
+                              + [c for c in LOGPROB_COLUMNS if c in responses.columns]]
         from sage.data.responses import write_responses
 
         write_responses(responses, out_dir / cfg.output)
@@ -321,7 +326,7 @@ def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", b
                          rot_backend=rot_backend if rot_model else paraphraser_backend, rots=use_rots,
                          k=paraphrases, samples=samples, min_parascore=min_parascore, seed=seed, device=device,
                          out_dir=str(out), **options)
-    responses = run_pipeline(cfg, questions=table)
+    responses = run_pipeline(cfg, questions_table=table)
     config = score_config or ScoreConfig(seed=seed)
     config = replace(config, skip_invalid=True)  # what the function answered is never "bad input"
     result = score_responses(responses, config, source=str(out / cfg.output), progress=progress)

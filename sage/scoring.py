@@ -16,18 +16,19 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sage.data.responses import as_responses, load_responses, validate, write_responses
+from sage.data.responses import as_responses, load_responses, write_responses
 from sage.errors import SageInputError
-from sage.metrics.sge import UNDEFINED, distances_from_similarity, sge_from_distances
-from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity, upper_mean
+from sage.metrics.question_metrics import (
+    BASELINES, COLUMN_EDGE, LABELS, QUESTION_METRICS, QuestionView, column_edge_applies, edge_column, is_column_edge,
+)
+from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.provenance import provenance
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("bleu", "rouge_l", "bertscore", "cosine")
-METRICS = ("sge",) + BASELINES
-METRIC_LABELS = {"sge": "SGE", "bleu": "BLEU", "rouge_l": "ROUGE-L", "bertscore": "BERTScore", "cosine": "Cosine"}
+METRICS = ("sge",) + BASELINES  # the default; every name in QUESTION_METRICS (e.g. "se") can be chosen
+METRIC_LABELS = LABELS
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,13 @@ class ScoreConfig:
     sge_edges: tuple[str, ...] = ("cosine",)  # the first names the plain sge_<col> columns
     similarity: SimilarityOptions = field(default_factory=SimilarityOptions)
     skip_invalid: bool = False
-    chunk_questions: int = 2000  # questions scored together (bounds per-text caches)
+    chunk_questions: int = 100  # questions scored together: memory is bounded by the chunk, not the table
     n_boot: int = 2000
     seed: int = 0
 
     def __post_init__(self):
         for m in self.metrics:
-            if m not in METRICS:
-                raise SageInputError(f"unknown metric {m!r}; choose from {', '.join(METRICS)}")
+            QUESTION_METRICS.get(m)  # one-line error naming the choices
         for e in self.sge_edges:
             if e not in SIMILARITIES and not is_column_edge(e):
                 raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from "
@@ -58,31 +58,23 @@ class ScoreConfig:
         for c in self.on or ():
             if c not in ("answer", "rot"):
                 raise SageInputError(f"unknown text column {c!r} for --on; choose answer and/or rot")
+        for metric in self.question_metrics():
+            metric.check(self)
+
+    def question_metrics(self):
+        return [QUESTION_METRICS.get(m)() for m in self.metrics]
 
     def needed_similarities(self) -> list[str]:
-        names = [e for e in self.sge_edges if not is_column_edge(e)] if "sge" in self.metrics else []
-        names += [m for m in self.metrics if m in BASELINES and m not in names]
-        return names
+        """Similarities to build (column edges are read from the file, not computed)."""
+        return list(dict.fromkeys(n for m in self.question_metrics() for n in m.similarities(self)
+                                  if not is_column_edge(n)))
+
+    def column_edges(self) -> list[str]:
+        return [e for e in self.sge_edges if is_column_edge(e)] if "sge" in self.metrics else []
 
 
 def sge_column(edge: str, primary: str, col: str, part: str = "sge") -> str:
-    return f"{part}_{col}" if edge == primary else f"{part}_{edge.removeprefix(COLUMN_EDGE)}_{col}"
-
-
-COLUMN_EDGE = "column:"  # --sge-edges column:NAME: similarities read from a pair-layout file's column
-_COLUMN_TARGETS = {"_model_output": "answer", "_answer": "answer", "_rot": "rot"}
-
-
-def is_column_edge(edge: str) -> bool:
-    return edge.startswith(COLUMN_EDGE)
-
-
-def column_edge_applies(edge: str, col: str) -> bool:
-    """A pair column names the texts it compares by its suffix (the authors' `cosine_model_output`
-    compares answers, `cosine_rot` RoTs); a column without such a suffix applies to every text."""
-    name = edge.removeprefix(COLUMN_EDGE)
-    target = next((t for suffix, t in _COLUMN_TARGETS.items() if name.endswith(suffix)), None)
-    return target is None or target == col
+    return edge_column(edge, primary, col, part)
 
 
 @dataclass
@@ -90,35 +82,33 @@ class ScoreResult:
     questions: pd.DataFrame
     summary: dict
     responses: pd.DataFrame | None = None  # the rows that were scored (canonical columns)
+    edges: pd.DataFrame | None = None  # one row per pair: every similarity, directional NLI/judge values
 
     def metric_columns(self) -> list[str]:
         skip = {"model", "question_id", "question", "n"}
         return [c for c in self.questions.columns if c not in skip]
 
-    def write(self, out_dir: str | Path) -> Path:
+    def write(self, out_dir: str | Path, table_format: str = "csv") -> Path:
+        """questions, summary.json, summary.md, and responses and edges when held in memory (a run
+        scored with `out_dir` streamed those there already)."""
+        from sage.data.files import write_table
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.questions.to_csv(out / "questions.csv", index=False)
+        write_table(self.questions, out / f"questions.{table_format}")
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
         (out / "summary.md").write_text(summary_markdown(self.summary))
         if self.responses is not None:
-            write_responses(self.responses, out / "responses.csv")
+            write_responses(self.responses, out / f"responses.{table_format}")
+        if self.edges is not None:
+            write_table(self.edges, out / f"edges.{table_format}")
         return out
 
 
 def headline_columns(summary: dict) -> list[tuple[str, str]]:
-    """(column, label) pairs for the summary table: SGE per text column first, then baselines."""
+    """(column, label) pairs for the summary table: per text column, each metric in the chosen order."""
     cfg = summary["config"]
-    cols = []
-    for col in cfg["on"]:
-        for edge in cfg["sge_edges"] if "sge" in cfg["metrics"] else []:
-            name = sge_column(edge, cfg["sge_edges"][0], col)
-            suffix = "" if edge == "cosine" else f"/{edge}"  # cosine: the method's own edges
-            cols.append((name, f"SGE{suffix} ({col})"))
-        for m in cfg["metrics"]:
-            if m in BASELINES:
-                cols.append((f"{m}_{col}", f"{METRIC_LABELS[m]} ({col})"))
-    return cols
+    return [pair for col in cfg["on"] for m in cfg["metrics"] for pair in QUESTION_METRICS.get(m)().headline(cfg, col)]
 
 
 def summary_markdown(summary: dict) -> str:
@@ -139,6 +129,8 @@ def summary_markdown(summary: dict) -> str:
             s = m["metrics"].get(c)
             cells.append("n/a" if not s or s["n"] == 0 else f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
         lines.append(f"| {model} | {m['n_questions_scored']} | " + " | ".join(cells) + " |")
+    if summary.get("warnings"):
+        lines += [""] + [f"Warning: {w}" for w in summary["warnings"]]
     lines += ["", "Counts: " + "; ".join(
         f"{model}: {m['n_rows']} rows, {m['n_questions']} questions, {m['n_undefined']} undefined (single row), "
         f"{m['n_skipped_rows']} rows skipped" for model, m in summary["models"].items()), ""]
@@ -157,100 +149,79 @@ def score_responses(
     source: str | None = None,
     progress: bool = True,
     pair_edges=None,
+    out_dir: str | Path | None = None,
+    table_format: str = "csv",
+    model_name: str | None = None,
+    default_model: str = "model",
     **overrides,
 ) -> ScoreResult:
     """Score a responses table (DataFrame or file path, either layout). Keyword overrides set
-    ScoreConfig fields. `pair_edges`: the `PairEdges` of a pair-layout table already read."""
-    t_start = time.perf_counter()
-    if isinstance(responses, (str, Path)):
-        source = source or str(responses)
-        df, pair_edges = load_responses(responses)
-    else:
-        source = source or "responses"
-        df, edges = as_responses(responses, source=source)
-        pair_edges = pair_edges if pair_edges is not None else edges
-    config = _config_with(config, overrides)
-    _check_column_edges(config, pair_edges, source)
-    on = config.on or (("answer", "rot") if "rot" in df.columns else ("answer",))
+    ScoreConfig fields. `pair_edges`: the `PairEdges` of a pair-layout table already read.
 
-    report = validate(df, on)
-    if not report.ok and not config.skip_invalid:
-        raise SageInputError(report.first_problem(source))
-    skipped = sorted(report.bad_rows)
-    skipped_by_model = df["model"].iloc[[r - 1 for r in skipped]].value_counts().to_dict()
+    The table is scored `chunk_questions` questions at a time (`sage.data.response_stream`), so
+    memory does not grow with the number of questions. With `out_dir`, each chunk's scored rows
+    and edges are appended to `responses.<table_format>` and `edges.<table_format>` there as it
+    finishes (and `ScoreResult.responses`/`.edges` stay None); otherwise they are returned.
+    `model_name` labels every row; `default_model` labels a table without a model column."""
+    from sage.data.pair_layout import is_pair_layout
+    from sage.data.response_stream import Labels, index_table, peek_columns, question_chunks
+    from sage.data.responses import canonical_order
+    from sage.data.table_sink import TableSink
+
+    t_start = time.perf_counter()
+    source = source or (str(responses) if isinstance(responses, (str, Path)) else "responses")
+    config = _config_with(config, overrides)
+    table = responses
+    if isinstance(responses, pd.DataFrame) and pair_edges is not None:
+        table = responses  # nodes already rebuilt from a pair-layout file by the caller
+    elif is_pair_layout(pd.DataFrame(columns=peek_columns(responses))):
+        # The authors' pair files are small; their nodes are rebuilt from the whole file.
+        table, pair_edges = (as_responses(responses, source=source, default_model=default_model)
+                             if isinstance(responses, pd.DataFrame) else load_responses(responses, default_model))
+    _check_column_edges(config, pair_edges, source)
+    columns = peek_columns(table)
+    on = config.on or (("answer", "rot") if "rot" in columns else ("answer",))
+
+    labels = Labels(default=default_model, override=model_name)
+    index = index_table(table, on, source, labels)
+    if not index.report.ok and not config.skip_invalid:
+        raise SageInputError(index.report.first_problem(source))
+    skipped = sorted(index.report.bad_rows)
     if skipped:
         log.warning("%s: skipping %d rows with empty texts (rows %s)", source, len(skipped), skipped[:10])
-        df = df.drop(index=df.index[[r - 1 for r in skipped]])
-    df = df.reset_index(drop=True)
 
-    keys, group_rows = [], []
-    for key, rows in df.groupby(["model", "question_id"], sort=False).indices.items():
-        keys.append(key)
-        group_rows.append(np.sort(rows))
-    texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in on}
-
-    timings: dict[str, float] = {}
-    sims: dict[tuple[str, str], list] = {(n, c): [] for n in config.needed_similarities() for c in on}
-    similarities = {}
-    for name in config.needed_similarities():
-        t0 = time.perf_counter()
-        similarities[name] = build_similarity(name, config.similarity)  # models load once per run
-        timings[f"load_{name}"] = time.perf_counter() - t0
-    # Questions in chunks: model work stays batched while per-text caches stay bounded.
-    chunks = [range(i, min(i + config.chunk_questions, len(keys))) for i in range(0, len(keys), config.chunk_questions)]
-    forward = 0.0
-    bar = tqdm(total=len(chunks) * len(sims), desc="scoring", disable=not progress, unit="step")
-    for name in config.sge_edges if "sge" in config.metrics else ():
-        if is_column_edge(name):  # read, not computed: the pair file's values between these nodes
-            for col in on:
-                sims[(name, col)] = [_column_matrix(pair_edges, name, col, df, key, rows)
-                                     for key, rows in zip(keys, group_rows)]
-    for chunk in chunks:
-        for name, sim in similarities.items():
-            clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
-            t0, f0 = time.perf_counter(), clock.seconds if clock else None
-            for col in on:
-                bar.set_postfix_str(f"{name} on {col}")
-                sims[(name, col)].extend(sim.matrices([texts[col][g] for g in chunk]))
-                bar.update(1)
-            timings[f"compute_{name}"] = timings.get(f"compute_{name}", 0.0) + time.perf_counter() - t0
-            if f0 is not None:
-                forward += clock.seconds - f0
-        for sim in similarities.values():
-            sim.release()
+    scorer = _ChunkScorer(config, on, pair_edges)
+    sinks = ({name: TableSink(Path(out_dir) / f"{name}.{table_format}") for name in ("responses", "edges")}
+             if out_dir is not None else None)
+    kept: dict[str, list] = {"responses": [], "edges": []}
+    question_rows: list[dict] = []
+    n_chunks = -(-sum(v > 0 for v in index.valid_rows.values()) // config.chunk_questions)
+    bar = tqdm(total=n_chunks, desc="scoring", disable=not progress, unit="chunk")
+    for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
+        chunk = canonical_order(chunk.reset_index(drop=True))
+        rows, edges = scorer.score(chunk)
+        question_rows += rows
+        for name, part in (("responses", chunk), ("edges", edges)):
+            if sinks is not None:
+                sinks[name].append(part)
+            else:
+                kept[name].append(part)
+        bar.update(1)
     bar.close()
+    if sinks is not None:
+        for sink in sinks.values():
+            sink.close()
 
-    t0 = time.perf_counter()
-    rows = []
-    primary = config.sge_edges[0]
-    for gi, (model, qid) in enumerate(keys):
-        first = group_rows[gi][0]
-        row = {"model": model, "question_id": qid, "n": len(group_rows[gi])}
-        if "question" in df.columns:
-            row["question"] = df["question"].iloc[first]
-        for col in on:
-            if "sge" in config.metrics:
-                for edge in config.sge_edges:
-                    mat = sims[(edge, col)][gi]
-                    if mat is None:  # a column edge that does not cover these texts
-                        res = UNDEFINED
-                    else:
-                        res = (sge_from_distances(distances_from_similarity(mat, texts[col][gi]))
-                               if mat.shape[0] > 1 else UNDEFINED)
-                    row[sge_column(edge, primary, col)] = res.sge
-                    row[sge_column(edge, primary, col, "D")] = res.D
-                    row[sge_column(edge, primary, col, "H")] = res.H
-                    row[sge_column(edge, primary, col, "meansim")] = res.mean_similarity
-            for m in config.metrics:
-                if m in BASELINES:
-                    row[f"{m}_{col}"] = upper_mean(sims[(m, col)][gi])
-        rows.append(row)
-    questions = pd.DataFrame(rows)
-    timings["sge_and_aggregation"] = time.perf_counter() - t0
-    timings["model_forward"] = forward
-    timings["total"] = time.perf_counter() - t_start
-
-    summary = _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings)
+    questions = pd.DataFrame(question_rows)
+    if len(questions):  # the order questions first appear in the table, whatever order they finished in
+        order = [index.order[(m, q)] for m, q in zip(questions["model"], questions["question_id"])]
+        questions = questions.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    timings = {**scorer.timings, "total": time.perf_counter() - t_start}
+    summary = _summarize(questions, index, config, on, skipped, source, timings)
+    summary["similarities"] = {n: sim.describe() for n, sim in scorer.similarities.items()}
+    summary["warnings"] = [w for sim in scorer.similarities.values() for w in sim.warnings()]
+    for w in summary["warnings"]:
+        log.warning("%s", w)
     if pair_edges is not None:
         summary["pair_layout"] = {
             "columns": pair_edges.columns,
@@ -260,13 +231,76 @@ def score_responses(
         for (m, q), why in pair_edges.incomplete.items():
             log.warning("%s: question %s: pairs do not form a complete graph (%s); its column edges are not used",
                         source, q, why)
-    return ScoreResult(questions=questions, summary=summary, responses=df)
+    joined = {name: (pd.concat(parts, ignore_index=True) if parts else None) for name, parts in kept.items()}
+    return ScoreResult(questions=questions, summary=summary, responses=joined["responses"], edges=joined["edges"])
+
+
+class _ChunkScorer:
+    """Scores chunks of whole questions with similarities built once per run."""
+
+    def __init__(self, config: ScoreConfig, on: tuple[str, ...], pair_edges):
+        self.config, self.on, self.pair_edges = config, on, pair_edges
+        self.metrics = config.question_metrics()
+        self.timings: dict[str, float] = {"model_forward": 0.0, "sge_and_aggregation": 0.0}
+        self.similarities = {}
+        for name in config.needed_similarities():
+            t0 = time.perf_counter()
+            self.similarities[name] = build_similarity(name, config.similarity)  # models load once per run
+            self.timings[f"load_{name}"] = time.perf_counter() - t0
+
+    def score(self, df: pd.DataFrame) -> tuple[list[dict], pd.DataFrame]:
+        """Per-question metric rows and the edge table of one chunk."""
+        from sage.metrics.edge_table import edge_table
+
+        keys, group_rows = [], []
+        for key, rows in df.groupby(["model", "question_id"], sort=False).indices.items():
+            keys.append(key)
+            group_rows.append(np.sort(rows))
+        texts = {col: [df[col].iloc[r].astype(str).tolist() for r in group_rows] for col in self.on}
+        # The question each group answers (the LLM judge shows it); None where the table has none.
+        contexts = [str(df["question"].iloc[r[0]]) if "question" in df.columns and pd.notna(df["question"].iloc[r[0]])
+                    else None for r in group_rows]
+        sims: dict[tuple[str, str], list] = {}
+        relations: dict[tuple[str, str], list] = {}
+        for name in self.config.column_edges():  # read, not computed: the pair file's values
+            for col in self.on:
+                sims[(name, col)] = [_column_matrix(self.pair_edges, name, col, df, key, rows)
+                                     for key, rows in zip(keys, group_rows)]
+        for col in self.on:  # one text column at a time: per-text caches hold one column's texts
+            for name, sim in self.similarities.items():
+                clock = getattr(sim, "clock", None)  # forward-pass timer of model-based similarities
+                t0, f0 = time.perf_counter(), clock.seconds if clock else None
+                groups = [texts[col][g] for g in range(len(keys))]
+                sims[(name, col)] = sim.matrices(groups, contexts)
+                if sim.judges_equivalence:  # served from the similarity's own per-pair cache
+                    relations[(name, col)] = sim.relations(groups, contexts)
+                self.timings[f"compute_{name}"] = self.timings.get(f"compute_{name}", 0.0) + time.perf_counter() - t0
+                if f0 is not None:
+                    self.timings["model_forward"] += clock.seconds - f0
+            for sim in self.similarities.values():
+                sim.release()
+
+        t0 = time.perf_counter()
+        out = []
+        for gi, (model, qid) in enumerate(keys):
+            row = {"model": model, "question_id": qid, "n": len(group_rows[gi])}
+            if "question" in df.columns:
+                row["question"] = df["question"].iloc[group_rows[gi][0]]
+            frame = df.iloc[group_rows[gi]]
+            for col in self.on:
+                view = QuestionView(col, texts[col][gi], {n: sims[(n, c)][gi] for n, c in sims if c == col},
+                                    {n: relations[(n, col)][gi] for n in self.similarities if (n, col) in relations},
+                                    frame)
+                for metric in self.metrics:
+                    row.update(metric.columns(self.config, view))
+            out.append(row)
+        edges = edge_table(df, keys, group_rows, self.on, sims, relations)
+        self.timings["sge_and_aggregation"] += time.perf_counter() - t0
+        return out, edges
 
 
 def _check_column_edges(config: ScoreConfig, pair_edges, source: str) -> None:
-    for edge in config.sge_edges if "sge" in config.metrics else ():
-        if not is_column_edge(edge):
-            continue
+    for edge in config.column_edges():
         name = edge.removeprefix(COLUMN_EDGE)
         if pair_edges is None:
             raise SageInputError(f"--sge-edges {edge}: {source} is not in the pair layout "
@@ -297,13 +331,14 @@ def _config_with(config: ScoreConfig | None, overrides: dict) -> ScoreConfig:
     return ScoreConfig(**fields)
 
 
-def _summarize(questions, df, config, on, skipped, skipped_by_model, source, timings) -> dict:
+def _summarize(questions, index, config, on, skipped, source, timings) -> dict:
     metric_cols = [c for c in questions.columns if c not in ("model", "question_id", "question", "n")]
+    skipped_by_model = index.skipped_per_model
     models = {}
     for model, q in questions.groupby("model", sort=False):
         defined = q["n"] >= 2
         models[model] = {
-            "n_rows": int((df["model"] == model).sum()),
+            "n_rows": int(index.rows_per_model.get(model, 0)),
             "n_questions": int(len(q)),
             "n_undefined": int((~defined).sum()),
             "n_questions_scored": int(defined.sum()),

@@ -4,6 +4,7 @@ real HTTP proxy (429, 500, slow responses, dropped connections). Needs `llama-cp
 from __future__ import annotations
 
 import http.client
+import json
 import importlib.util
 import socket
 import subprocess
@@ -79,6 +80,7 @@ class FaultProxy:
         self.replay = replay
         self.answers: dict[bytes, tuple] = {}
         self.arrivals: list[float] = []
+        self.strip_logprobs = False  # answer like a server that ignores logprobs requests
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -140,6 +142,11 @@ class FaultProxy:
                 resp = conn.getresponse()
                 data = resp.read()
                 conn.close()
+                if proxy.strip_logprobs and resp.status == 200:
+                    doc = json.loads(data)
+                    for choice in doc.get("choices", []):
+                        choice["logprobs"] = None
+                    data = json.dumps(doc).encode()
                 kept = [(k, v) for k, v in resp.getheaders()
                         if k.lower() not in ("transfer-encoding", "connection", "content-length")]
                 return resp.status, kept, data
@@ -296,3 +303,50 @@ def test_finished_requests_of_a_failed_batch_are_cached(proxy, tmp_path):
     outs = cached.generate(reqs)  # only the failed request goes to the server again
     assert proxy.requests == 3 and all(o.text.strip() for o in outs)
     assert [o.cached for o in outs] == [False, True]
+
+
+def test_judge_p_yes_from_server_top_logprobs_equals_llamacpp_logits(llama_server, tmp_path):
+    """The LLM judge through the OpenAI-compatible backend on a real llama.cpp server: P(yes) from
+    the first position's top_logprobs equals a softmax over the two tokens' logits that llama.cpp
+    computes in process for the same prompt."""
+    import numpy as np
+    from llama_cpp import Llama
+    from transformers import AutoTokenizer
+
+    from judge_helpers import ANSWERS, QUESTION, llamacpp_direct_p_yes
+    from sage.metrics.judge import JudgeSimilarity
+    from sage.models.causal_lm import model_dir
+    from sage.models.resolve import bundled_generator_gguf
+
+    sim = JudgeSimilarity("smollm2-135m", backend="openai", base_urls=(f"{llama_server}/v1",),
+                          cache_path=str(tmp_path / "c.sqlite"))
+    p = sim.directional([ANSWERS[:2]], [QUESTION])[0]
+    tok = AutoTokenizer.from_pretrained(str(model_dir("smollm2-135m")))
+    llm = Llama(model_path=str(bundled_generator_gguf()), n_ctx=1024, logits_all=True, n_threads=1, verbose=False)
+    try:
+        for i, j in ((0, 1), (1, 0)):
+            ref = llamacpp_direct_p_yes(llm, tok, ANSWERS[i], ANSWERS[j], QUESTION)
+            assert np.isfinite(p[i, j]) and 0.0 <= p[i, j] <= 1.0
+            assert p[i, j] == pytest.approx(ref, abs=1e-3)
+    finally:
+        llm.close()
+    assert sim.n_fallback == 0 and sim.warnings() == []
+
+
+def test_judge_without_logprobs_falls_back_to_the_greedy_answer_with_a_warning(proxy, tmp_path):
+    import pandas as pd
+
+    from judge_helpers import ANSWERS, QUESTION
+    from sage.metrics.similarity import SimilarityOptions
+    from sage.scoring import score_responses
+
+    proxy.strip_logprobs = True
+    df = pd.DataFrame({"question_id": "q1", "question": QUESTION, "answer": ANSWERS[:2], "sample": [0, 1]})
+    options = SimilarityOptions(judge_model="smollm2-135m", judge_backend="openai", judge_base_urls=(proxy.url,),
+                                cache_path=str(tmp_path / "c.sqlite"))
+    res = score_responses(df, metrics=("sge", "se"), sge_edges=("judge",), similarity=options, progress=False,
+                          n_boot=10)
+    e = res.edges.iloc[0]
+    assert e["judge_p_yes_ab"] in (0.0, 0.5, 1.0) and e["judge_p_yes_ba"] in (0.0, 0.5, 1.0)
+    assert len(res.summary["warnings"]) == 1 and "2 of 2 pair judgments" in res.summary["warnings"][0]
+    assert res.summary["similarities"]["judge"]["greedy_fallbacks"] == 2

@@ -40,3 +40,23 @@ def test_sampling_is_seeded_per_request(backend):
     reqs = [GenerationRequest(messages=(("user", "Hi there"),), params=params, sample=s) for s in (0, 1)]
     both = backend.generate(reqs)
     assert backend.generate(reqs[1:])[0].text == both[1].text
+
+
+def test_candidate_logprobs_match_the_greedy_token_and_the_judge(backend, bundled_lm):
+    """vLLM's top-20 list gives the judge's candidates; the greedy token's own log-prob agrees, and
+    P(yes) is close to the transformers model's direct two-token softmax (vLLM runs bf16/fp16 kernels)."""
+    from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes
+    from sage.generation.base import build_requests
+    from sage.generation.models import resolve_model
+    from sage.metrics.judge import judge_messages, p_yes_from_logprobs
+
+    params = SamplingParams(max_new_tokens=1, candidates=("Yes", "No"), logprobs=True)
+    reqs = build_requests(resolve_model("smollm2-135m").format, [judge_messages(ANSWERS[0], ANSWERS[1], QUESTION)],
+                          params)
+    out = backend.generate(reqs)[0]
+    lps = out.candidate_logprobs
+    assert set(lps) == {"Yes", "No"} and all(lp <= 0 for lp in lps.values())
+    if out.text in lps:
+        assert out.token_logprobs[0] == pytest.approx(lps[out.text], abs=1e-4)
+    ref = hf_direct_p_yes(bundled_lm, ANSWERS[0], ANSWERS[1], QUESTION)
+    assert p_yes_from_logprobs(lps["Yes"], lps["No"]) == pytest.approx(ref, abs=0.05)

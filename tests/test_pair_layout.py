@@ -98,7 +98,7 @@ def test_cli_prints_the_table_for_the_authors_pair_file(quality100, tmp_path):
                     "column:cosine_model_output", "--metrics", "sge", "--on", "answer", "--out", tmp_path / "o",
                     "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    assert "SGE/column:cosine_model_output (answer)" in proc.stdout and "0.638" in proc.stdout
+    assert "SGE (answer)" in proc.stdout and "0.638" in proc.stdout
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["models"]["q100_gpt_3.5_edges"]["metrics"]["sge_answer"]["n"] == 100
     bad = run_sage("score", "--responses", quality100 / "q100_gpt_3.5_edges.csv", "--sge-edges", "column:nope",

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from sage.data.responses import response_keys
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,6 @@ def content_hash(text_a: str, text_b: str) -> str:
 
 def normalise_text(text: Any) -> str:
     return " ".join(str(text).split())
-
-
-def _key(paraphrase_id: Any, sample: Any) -> str:
-    return f"p{paraphrase_id}.s{sample}"
 
 
 @dataclass
@@ -78,7 +75,7 @@ def prepare_responses(responses, source: str):
     if "paraphrase" not in df.columns:
         df["paraphrase"] = ""
     df["model"] = df["model"].fillna("").astype(str)
-    df["_key"] = [_key(p, s) for p, s in zip(df["paraphrase_id"], df["sample"])]
+    df["_key"] = response_keys(df)
     dup = df.duplicated(["model", "question_id", "_key"], keep=False)
     if dup.any():
         row = df.index[dup][0]

@@ -81,16 +81,32 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
                              comparisons, primary)
     result.update({"run_dir": str(run_dir), "labels": str(labels_path), "scheme": ls.scheme,
                    "skipped_label_rows": ls.counts["unmatched"], "import_counts": ls.counts})
+    result["validity"] = _validity(run_dir, ls.labels, meta, questions, result, definition, aggregate, kind, n_boot,
+                                   seed, primary)
     out_dir = out_dir or (run_dir / "correlation")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "correlation.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
-    md = correlation_markdown(result)
+    from sage.annotation.validity import validity_markdown
+
+    md = correlation_markdown(result) + validity_markdown(result["validity"])
     note = unmatched_note(ls.counts)
     if note:
         md += f"\nSkipped (--ignore-unknown): {note}.\n"
     (out_dir / "correlation.md").write_text(md, encoding="utf-8")
     click.echo(md)
     click.echo(f"written: {out_dir / 'correlation.json'}, {out_dir / 'correlation.md'}")
+
+
+def _validity(run_dir, labels, meta, questions, result, definition, aggregate, kind, n_boot, seed, primary):
+    """Pair-level validity (from RUN_DIR/edges.csv), redundancy and ranking tables."""
+    import pandas as pd
+
+    from sage.annotation.validity import read_edges, run_validity
+
+    edges_path = run_dir / "edges.csv"
+    edges = read_edges(edges_path) if edges_path.is_file() else None
+    return run_validity(labels, meta, questions, pd.DataFrame(result["human"]), edges, definition, aggregate, kind,
+                        result["metrics"], n_boot, seed, primary)
 
 
 def _json_default(obj):

@@ -121,8 +121,10 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
               help="Answers per paraphrase.")
 @click.option("-t", "--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="0 = greedy.")
+@click.option("--logprobs", is_flag=True,
+              help="Add answer_logprob (sum of the generated tokens' log-probabilities) and answer_tokens.")
 @_common
-def answers_cmd(paraphrases_file, questions, model, samples, temperature, **common):
+def answers_cmd(paraphrases_file, questions, model, samples, temperature, logprobs, **common):
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
     from sage.data.questions import questions_path, read_questions
     from sage.pipeline import generate_answers, load_table
@@ -133,7 +135,8 @@ def answers_cmd(paraphrases_file, questions, model, samples, temperature, **comm
         table = read_questions(questions_path(questions) if questions else None).drop_duplicates("question_id")
         table = table.assign(paraphrase_id=0, paraphrase=table["question"], paraphrase_score=float("nan"))
     cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
-                  samples=samples, temperature=temperature, **_tokens(common, "answer_max_new_tokens"))
+                  samples=samples, temperature=temperature, record_logprobs=logprobs,
+                  **_tokens(common, "answer_max_new_tokens"))
     _write(generate_answers(table, cfg), common, "answers.csv")
 
 

@@ -37,8 +37,8 @@ def _print_summary(summary: dict) -> None:
 
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, max_new_tokens, seed, device, dtype, device_map, out, executor="local",
-              executor_opts=None):
+              min_parascore, max_new_tokens, seed, device, dtype, device_map, out, record_logprobs=False,
+              executor="local", executor_opts=None):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig, run_pipeline
@@ -47,8 +47,8 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
     options = dict(model=model, questions=questions, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
                    rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
-                   out_dir=str(out),
-                   answer_max_new_tokens=max_new_tokens, executor=executor)
+                   out_dir=str(out), answer_max_new_tokens=max_new_tokens, record_logprobs=record_logprobs,
+                   executor=executor)
     if executor_opts is not None:
         options["executor_options"] = executor_opts
     if min_parascore is not None:
@@ -76,14 +76,33 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=128, show_default=True, help="Tokens per answer.")
+@click.option("--record-logprobs", is_flag=True,
+              help="Record each answer's sequence log-probability (answer_logprob, answer_tokens) for the "
+                   "likelihood-weighted semantic entropy.")
 @click.option("--embedder", default=None, help="Sentence-transformers id, alias (stsb-distilroberta-base-v2: the "
                                                 "SaGE authors') or path (default: bundled all-MiniLM-L6-v2).")
 @click.option("--metrics", default="sge,bleu,rouge_l,bertscore,cosine", show_default=True,
-              help="Comma-separated metrics: sge, bleu, rouge_l, bertscore, cosine.")
+              help="Comma-separated metrics: sge, se (semantic entropy; needs nli or judge edges), bleu, rouge_l, "
+                   "bertscore, cosine.")
 @click.option("--on", "on", default=None, help="Text columns to score: answer,rot (default: answer, plus rot if present).")
 @click.option("--sge-edges", default="cosine", show_default=True,
-              help="Edge similarities for SGE (d = 1 - sim): cosine, bertscore, rouge_l, bleu, or column:NAME (a "
-                   "similarity column of a pair-layout file, e.g. column:cosine_model_output). The first gives sge_<col>.")
+              help="Edge similarities for SGE (d = 1 - sim): cosine, bertscore, rouge_l, bleu, nli, judge, or "
+                   "column:NAME (a similarity column of a pair-layout file, e.g. column:cosine_model_output). "
+                   "The first gives sge_<col>; the first of nli/judge gives se_<col>.")
+@click.option("--nli-model", default=None,
+              help="NLI model for nli edges: a Hugging Face sequence-classification NLI model id (in the local "
+                   "cache) or path, e.g. microsoft/deberta-large-mnli.")
+@click.option("--nli-edge", type=click.Choice(["entail", "not-contradict"]), default="entail", show_default=True,
+              help="nli edge similarity: mean bidirectional P(entailment), or 1 - max P(contradiction).")
+@click.option("--nli-batch-size", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--judge-model", default=None,
+              help="LLM judge for judge edges: an alias (e.g. smollm2-135m), HF id in the cache, path or API model.")
+@click.option("--judge-backend", default=None, help="Backend of the judge: transformers, llamacpp, vllm, openai.")
+@click.option("--judge-base-url", "judge_base_urls", multiple=True, help="OpenAI-compatible endpoint(s) of the judge.")
+@click.option("--judge-cache", type=click.Path(dir_okay=False), default=None,
+              help="Generation cache for judge calls (default: $SAGE_CACHE_DIR/generations.sqlite).")
+@click.option("--encoder-backend", type=click.Choice(["torch", "onnx"]), default="torch", show_default=True,
+              help="Run the sentence encoder (cosine, BERTScore) with torch or ONNX Runtime (the onnx extra).")
 @click.option("--bertscore-model", default=None, help="BERTScore encoder id or path (default: the embedder).")
 @click.option("--bertscore-layers", type=int, default=None, help="BERTScore layer (default: the model's last).")
 @click.option("--model-name", default=None, help="Model label when the table has no 'model' column (default: file stem).")
@@ -94,12 +113,16 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--n-boot", type=int, default=2000, show_default=True, help="Bootstrap resamples for the CIs.")
 @click.option("--device", default=None, help="torch device for models (default: cpu).")
 @precision_options
+@click.option("--table-format", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
+              help="Format of questions, responses and edges tables (parquet for large runs).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 @preset_option()
 @executor_options
 def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-            rot_model, min_parascore, max_new_tokens, embedder, metrics, on, sge_edges, bertscore_model, bertscore_layers,
-            model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, no_progress, **executor_kw):
+            rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
+            nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
+            bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
+            no_progress, **executor_kw):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -107,7 +130,6 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     import dataclasses
     import re
 
-    from sage.data.responses import load_responses
     from sage.errors import SageInputError
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
@@ -120,38 +142,42 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
-                                     bertscore_layers=bertscore_layers, device=device),
+                                     bertscore_layers=bertscore_layers, device=device, encoder_backend=encoder_backend,
+                                     nli_model=nli_model,
+                                     nli_edge=nli_edge, nli_batch_size=nli_batch_size, judge_model=judge_model,
+                                     judge_backend=judge_backend, judge_base_urls=tuple(judge_base_urls),
+                                     cache_path=judge_cache),
         skip_invalid=skip_invalid, n_boot=n_boot, seed=seed,
     )
     if responses is not None and model is not None:
         raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")
-    pair_edges = None
     if responses is not None:
-        df, pair_edges = load_responses(responses)
-        if model_name:
-            df["model"] = model_name
-        elif (df["model"] == "model").all():
-            df["model"] = responses.stem
+        df, labels = responses, {"model_name": model_name, "default_model": responses.stem}  # read in chunks
         source = str(responses)
         out = out or Path("runs") / responses.stem
     else:
         model = model or "smollm2-135m"
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-                       rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out, executor,
-                       executor_opts)
+                       rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out,
+                       record_logprobs, executor, executor_opts)
+        labels = {}
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two
         # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.
         config = dataclasses.replace(config, skip_invalid=True)
-    result = score_responses(df, config, source=source, progress=not no_progress, pair_edges=pair_edges)
+    result = score_responses(df, config, source=source, progress=not no_progress, out_dir=out,
+                             table_format=table_format, **labels)
     if responses is None:
         from sage.pipeline import add_paraphrase_report
 
         add_paraphrase_report(result.summary, df)
-    result.write(out)
+    result.write(out, table_format)
     _print_summary(result.summary)
-    click.echo(f"wrote {out / 'questions.csv'}, {out / 'summary.json'}, {out / 'summary.md'}, {out / 'responses.csv'}")
+    for w in result.summary.get("warnings", []):
+        click.echo(f"warning: {w}", err=True)
+    written = [out / f"{name}.{table_format}" for name in ("questions", "responses", "edges")]
+    click.echo(f"wrote {', '.join(map(str, written))}, {out / 'summary.json'}, {out / 'summary.md'}")
     if not any(m["n_questions_scored"] for m in result.summary["models"].values()):
         click.echo(f"error: no question has two or more answers, so nothing could be scored (see {out / 'summary.json'}); "
                    "add paraphrases or samples (--paraphrases, --samples), or lower --min-parascore", err=True)

@@ -39,7 +39,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return files.read_table(path, empty_hint="give a responses file with a header and rows")
 
 
-def normalize_columns(df: pd.DataFrame, source: str = "responses") -> pd.DataFrame:
+def normalize_columns(df: pd.DataFrame, source: str = "responses", default_model: str = "model") -> pd.DataFrame:
     """Rename known aliases to canonical names and check the required columns exist."""
     df = df.copy()
     df.columns = [str(c).strip() for c in df.columns]
@@ -63,12 +63,27 @@ def normalize_columns(df: pd.DataFrame, source: str = "responses") -> pd.DataFra
     if df.empty:
         raise SageInputError(f"{source}: the table has a header but no rows")
     if "model" not in df.columns:
-        df["model"] = "model"
+        df["model"] = default_model
     if "sample" not in df.columns:
         df["sample"] = 0
     df["question_id"] = df["question_id"].astype(str)
-    df["model"] = df["model"].fillna("model").astype(str)
+    df["model"] = df["model"].fillna(default_model).astype(str)
     return df
+
+
+def response_keys(df: pd.DataFrame) -> list[str]:
+    """Each row's key inside its question, `p<paraphrase_id>.s<sample>` (pair ids are built from it).
+
+    Without a paraphrase_id column, rows of one (model, question_id, sample) are numbered in order.
+    """
+    sample = df["sample"] if "sample" in df.columns else pd.Series(0, index=df.index)
+    if "paraphrase_id" in df.columns:
+        para = df["paraphrase_id"]
+    else:
+        model = df["model"] if "model" in df.columns else pd.Series("", index=df.index)
+        para = pd.DataFrame({"m": model, "q": df["question_id"], "s": sample}).groupby(
+            ["m", "q", "s"], sort=False).cumcount()
+    return [f"p{p}.s{s}" for p, s in zip(para, sample)]
 
 
 def read_responses(path: str | Path) -> pd.DataFrame:
@@ -77,26 +92,29 @@ def read_responses(path: str | Path) -> pd.DataFrame:
     return load_responses(path)[0]
 
 
-def load_responses(path: str | Path):
+def load_responses(path: str | Path, default_model: str = "model"):
     """(responses table, `PairEdges` of a pair-layout file or None)."""
-    return as_responses(read_table(path), source=str(path))
+    return as_responses(read_table(path), source=str(path), default_model=default_model)
 
 
-def as_responses(df: pd.DataFrame, source: str = "responses"):
+def as_responses(df: pd.DataFrame, source: str = "responses", default_model: str = "model"):
     """A table in either layout -> (one row per node with canonical columns, `PairEdges` or None)."""
     from sage.data.pair_layout import is_pair_layout, nodes_from_pairs
 
     if is_pair_layout(df):
         nodes, edges = nodes_from_pairs(df, source)
-        return normalize_columns(nodes, source=source), edges
-    return normalize_columns(df, source=source), None
+        return normalize_columns(nodes, source=source, default_model=default_model), edges
+    return normalize_columns(df, source=source, default_model=default_model), None
+
+
+def canonical_order(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with the canonical columns first, the others after them in their order."""
+    return df[[c for c in CANONICAL_COLUMNS if c in df.columns] + [c for c in df.columns if c not in CANONICAL_COLUMNS]]
 
 
 def write_responses(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a responses table; the format follows the suffix. Canonical columns come first."""
-    ordered = [c for c in CANONICAL_COLUMNS if c in df.columns] + [c for c in df.columns if c not in CANONICAL_COLUMNS]
-    df = df[ordered]
-    return files.write_table(df, path)
+    return files.write_table(canonical_order(df), path)
 
 
 @dataclass

@@ -74,6 +74,23 @@ def request_seed(request: GenerationRequest) -> int:
     return int(hashlib.sha256(blob.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
+def first_token_after(encode, prompt: str, candidate: str, prompt_ids: Sequence[int] | None = None) -> int:
+    """The token that starts `candidate` when it is written right after `prompt`.
+
+    Tokenizing in context gives the token the model would produce there (a leading space, or a
+    sentencepiece word-start marker, comes out as it does in generation); when the prompt's own
+    tokens change at the join, the candidate is tokenized alone. `encode(text)` -> token ids.
+    """
+    base = list(encode(prompt)) if prompt_ids is None else list(prompt_ids)
+    full = list(encode(prompt + candidate))
+    if len(full) > len(base) and full[: len(base)] == base:
+        return int(full[len(base)])
+    alone = list(encode(candidate))
+    if not alone:
+        raise SageInputError(f"candidate {candidate!r} has no tokens")
+    return int(alone[0])
+
+
 def build_requests(
     spec_format,
     message_lists: Sequence[tuple[tuple[str, str], ...]],

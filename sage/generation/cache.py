@@ -42,9 +42,11 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     text TEXT NOT NULL,
     token_logprobs TEXT,
     finish_reason TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    candidate_logprobs TEXT
 )
 """
+_COLUMNS = "key, identity, request, text, token_logprobs, finish_reason, created, candidate_logprobs"
 
 
 def request_key(identity: dict, request: GenerationRequest) -> str:
@@ -78,6 +80,12 @@ class GenerationCache:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(_SCHEMA)
+        known = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
+        if "candidate_logprobs" not in known:  # a cache written before candidate log-probs existed
+            try:
+                self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN candidate_logprobs TEXT")
+            except sqlite3.OperationalError:  # another process added it first
+                pass
         self._conn.commit()
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
@@ -87,15 +95,17 @@ class GenerationCache:
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
                 rows = self._conn.execute(
-                    f"SELECT key, text, token_logprobs, finish_reason FROM {_TABLE} WHERE key IN ({marks})",
+                    f"SELECT key, text, token_logprobs, finish_reason, candidate_logprobs FROM {_TABLE} "
+                    f"WHERE key IN ({marks})",
                     chunk,
                 ).fetchall()
-                for key, text, lps, finish in rows:
+                for key, text, lps, finish, cands in rows:
                     found[key] = Generation(
                         text=text,
                         token_logprobs=json.loads(lps) if lps is not None else None,
                         finish_reason=finish,
                         cached=True,
+                        candidate_logprobs=json.loads(cands) if cands is not None else None,
                     )
         return found
 
@@ -109,12 +119,13 @@ class GenerationCache:
                 json.dumps(gen.token_logprobs) if gen.token_logprobs is not None else None,
                 gen.finish_reason,
                 time.time(),
+                json.dumps(gen.candidate_logprobs) if gen.candidate_logprobs is not None else None,
             )
             for key, identity, req, gen in items
         ]
         with self._lock:
             self._conn.executemany(
-                f"INSERT OR REPLACE INTO {_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+                f"INSERT OR REPLACE INTO {_TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
             self._conn.commit()
 

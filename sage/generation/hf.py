@@ -12,7 +12,7 @@ import logging
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
-from sage.generation.base import BACKENDS, BackendOptions, request_seed
+from sage.generation.base import BACKENDS, BackendOptions, first_token_after, request_seed
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,8 @@ class TransformersBackend(GenerationBackend):
                 "chat_template": text_digest(getattr(self.lm.tokenizer, "chat_template", None))}
 
     # ------------------------------------------------------------------ prompts
-    def _token_ids(self, req: GenerationRequest) -> list[int]:
+    def _prompt(self, req: GenerationRequest) -> tuple[str, bool]:
+        """The prompt as text and whether the tokenizer adds special tokens to it."""
         tok = self.lm.tokenizer
         if req.messages is not None:
             if not getattr(tok, "chat_template", None):
@@ -81,8 +82,19 @@ class TransformersBackend(GenerationBackend):
                 tokenize=False,
                 add_generation_prompt=True,
             )
-            return tok(text, add_special_tokens=False)["input_ids"]
-        return tok(req.prompt, add_special_tokens=True)["input_ids"]
+            return text, False
+        return req.prompt, True
+
+    def _token_ids(self, req: GenerationRequest) -> list[int]:
+        text, special = self._prompt(req)
+        return self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]
+
+    def _candidate_ids(self, req: GenerationRequest, prompt_ids: list[int]) -> list[int]:
+        """Each candidate's first token as written right after this prompt (`first_token_after`)."""
+        text, special = self._prompt(req)
+        tok = self.lm.tokenizer
+        return [first_token_after(lambda t: tok(t, add_special_tokens=special)["input_ids"], text, c, prompt_ids)
+                for c in req.params.candidates]
 
     # ------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -100,13 +112,15 @@ class TransformersBackend(GenerationBackend):
         from sage.generation.hf_batching import decode
 
         ids = [self._token_ids(r) for r in requests]
+        cands = [self._candidate_ids(r, p) if r.params.candidates else [] for r, p in zip(requests, ids)]
         groups: dict[SamplingParams, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(r.params, []).append(i)
         for params, idx in groups.items():
             idx = sorted(idx, key=lambda i: len(ids[i]))
             rows = decode(self, [ids[i] for i in idx], params, [request_seed(requests[i]) for i in idx],
-                          width=max(1, self.options.batch_size), refill=self.options.continuous_batching)
+                          width=max(1, self.options.batch_size), refill=self.options.continuous_batching,
+                          cand_ids=[cands[i] for i in idx])
             for j, g in rows:
                 yield idx[j], g
 

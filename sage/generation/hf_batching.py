@@ -88,8 +88,9 @@ def _prefill(backend, prompts: list[list[int]], rows: list[int]) -> _Batch:
 
 
 def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: list[int], *, width: int,
-           refill: bool = True) -> Iterator[tuple[int, Generation]]:
-    """Decode every prompt; yields (prompt index, Generation) as each row finishes."""
+           refill: bool = True, cand_ids: list[list[int]] | None = None) -> Iterator[tuple[int, Generation]]:
+    """Decode every prompt; yields (prompt index, Generation) as each row finishes. `cand_ids`: per
+    prompt, the first token of each of `params.candidates` (their log-probs at the first step)."""
     import torch
 
     dev, tok = backend.device, backend.lm.tokenizer
@@ -98,6 +99,7 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
     gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds] if sampling else []
     tokens: dict[int, list[int]] = {}
     logprobs: dict[int, list[float]] = {}
+    cand_lps: dict[int, list[float]] = {}
     stop_tail = max((len(s) for s in params.stop), default=0) + 16
     # Refill once a quarter of the slots is free: each merge copies the cache, like one step does.
     refill_at = max(1, width // 4)
@@ -110,7 +112,9 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
             if cut >= 0:
                 text = text[:cut]
         lps = logprobs.pop(row)
-        return row, Generation(text=text, token_logprobs=lps if params.logprobs else None, finish_reason=reason)
+        cands = dict(zip(params.candidates, cand_lps.pop(row))) if params.candidates else None
+        return row, Generation(text=text, token_logprobs=lps if params.logprobs else None, finish_reason=reason,
+                               candidate_logprobs=cands)
 
     with torch.inference_mode():
         while queue or batch is not None:
@@ -126,6 +130,12 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                 else:
                     batch.merge(fresh)
             logp = torch.log_softmax(batch.logits, dim=-1)
+            if params.candidates:  # at each row's first step: right after its prompt
+                first = [b for b, row in enumerate(batch.rows) if row not in cand_lps]
+                if first:
+                    ids = torch.tensor([cand_ids[batch.rows[b]] for b in first], device=logp.device)
+                    for b, lps in zip(first, logp[first].gather(1, ids).tolist()):
+                        cand_lps[batch.rows[b]] = lps
             nxt = backend._pick(batch.logits, params, [gens[r] for r in batch.rows] if sampling else None)
             chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
             keep = []

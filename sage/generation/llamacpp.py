@@ -4,7 +4,9 @@ Requests run one after another (llama-cpp-python has no batched API); each carri
 seed. Sampling is plain temperature + top-p (llama.cpp's default top-k, min-p and repeat
 penalty are switched off), so outputs follow the same rules as the other backends, and the
 context is reset before every request so (seed, sample) is reproducible. Per-token
-log-probabilities need a context that keeps all logits; it is created on first need.
+log-probabilities and candidate log-probabilities need a context that keeps all logits; it is
+created on first need. Candidate log-probabilities come from the logits row of the last prompt
+token (a full-vocabulary log-softmax), as llama.cpp computes its own `logprobs`.
 """
 from __future__ import annotations
 
@@ -71,8 +73,37 @@ class LlamaCppBackend(GenerationBackend):
             yield i, self._one(r)
 
     def _one(self, req: GenerationRequest) -> Generation:
+        gen, n_prompt = self._complete(req)
+        if req.params.candidates:
+            gen.candidate_logprobs = self._candidate_logprobs(req, n_prompt)
+        return gen
+
+    def _candidate_logprobs(self, req: GenerationRequest, n_prompt: int) -> dict[str, float]:
+        """Completion prompts: each candidate's first token as written right after the prompt
+        (`first_token_after`); chat prompts (rendered inside llama.cpp): the candidate tokenized alone."""
+        import numpy as np
+
+        from sage.generation.base import first_token_after
+
+        llm = self._llm(True)
+        row = np.asarray(llm.scores[n_prompt - 1], dtype=np.float64)  # logits for the first new token
+        logp = row - row.max() - np.log(np.exp(row - row.max()).sum())
+        out = {}
+        for c in req.params.candidates:
+            if req.prompt is not None:
+                tid = first_token_after(lambda t: llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
+                                        req.prompt, c)
+            else:
+                toks = llm.tokenize(c.encode("utf-8"), add_bos=False, special=False)
+                if not toks:
+                    raise SageInputError(f"candidate {c!r} has no tokens for model {self._model_id!r}")
+                tid = toks[0]
+            out[c] = float(logp[tid])
+        return out
+
+    def _complete(self, req: GenerationRequest) -> tuple[Generation, int]:
         p = req.params
-        llm = self._llm(p.logprobs)
+        llm = self._llm(p.logprobs or bool(p.candidates))
         # Reusing the KV cache of the previous prompt changes the numbers slightly, and with them
         # sampled tokens; a fresh context per request keeps (seed, sample) reproducible.
         llm.reset()
@@ -88,13 +119,14 @@ class LlamaCppBackend(GenerationBackend):
             if p.logprobs and choice.get("logprobs"):
                 lps = [float(t["logprob"]) for t in choice["logprobs"]["content"]]
             return Generation(text=choice["message"]["content"] or "", token_logprobs=lps,
-                              finish_reason=choice.get("finish_reason"))
+                              finish_reason=choice.get("finish_reason")), out["usage"]["prompt_tokens"]
         out = llm.create_completion(prompt=req.prompt, logprobs=1 if p.logprobs else None, **kwargs)
         choice = out["choices"][0]
         lps = None
         if p.logprobs and choice.get("logprobs"):
             lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-        return Generation(text=choice["text"], token_logprobs=lps, finish_reason=choice.get("finish_reason"))
+        return (Generation(text=choice["text"], token_logprobs=lps, finish_reason=choice.get("finish_reason")),
+                out["usage"]["prompt_tokens"])
 
     def close(self) -> None:
         for llm in self._llms.values():

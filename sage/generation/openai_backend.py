@@ -3,7 +3,12 @@
 Requests run with bounded concurrency; several base URLs share the load (request i goes to
 server i mod n, and each retry moves to the next server). 429, 5xx, timeouts and dropped
 connections are retried with exponential backoff and jitter (retry k waits
-min(30, backoff * 2**k) * U[0.5, 1.5) seconds); after the last retry the error is one clear line. The API key comes from OPENAI_API_KEY (local servers accept any key).
+min(30, backoff * 2**k) * U[0.5, 1.5) seconds); after the last retry the error is one clear line.
+The API key comes from OPENAI_API_KEY (local servers accept any key).
+
+Candidate log-probabilities (`SamplingParams.candidates`) are read from the first position's
+top-k list (`top_logprobs`, k = 20 on chat, 5 on completions as the OpenAI API allows): a
+candidate is the listed token whose text equals it, -inf when it is not listed.
 """
 from __future__ import annotations
 
@@ -20,6 +25,13 @@ from sage.generation.base import BACKENDS, BackendError, BackendOptions, Partial
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+TOP_K_CHAT, TOP_K_COMPLETION = 20, 5
+
+
+def _candidates(candidates, listed: dict[str, float] | None) -> dict[str, float] | None:
+    if not candidates or listed is None:
+        return None
+    return {c: float(listed.get(c, float("-inf"))) for c in candidates}
 
 
 @BACKENDS.register("openai")
@@ -106,25 +118,29 @@ class OpenAIBackend(GenerationBackend):
         if p.stop:
             kwargs["stop"] = list(p.stop)
         if req.messages is not None:
-            if p.logprobs:
-                kwargs.update(logprobs=True, top_logprobs=1)  # llama.cpp's server needs top_logprobs set
+            if p.logprobs or p.candidates:  # llama.cpp's server needs top_logprobs set
+                kwargs.update(logprobs=True, top_logprobs=TOP_K_CHAT if p.candidates else 1)
             resp = client.chat.completions.create(
                 messages=[{"role": r, "content": c} for r, c in req.messages], **kwargs
             )
             choice = resp.choices[0]
-            lps = None
-            if p.logprobs and choice.logprobs is not None and choice.logprobs.content is not None:
-                lps = [t.logprob for t in choice.logprobs.content]
+            content = choice.logprobs.content if choice.logprobs is not None else None
+            lps = [t.logprob for t in content] if p.logprobs and content is not None else None
+            first = {t.token: t.logprob for t in content[0].top_logprobs or []} if content else None
             return Generation(text=choice.message.content or "", token_logprobs=lps,
-                              finish_reason=choice.finish_reason)
-        if p.logprobs:
-            kwargs["logprobs"] = 1
+                              finish_reason=choice.finish_reason, candidate_logprobs=_candidates(p.candidates, first))
+        if p.logprobs or p.candidates:
+            kwargs["logprobs"] = TOP_K_COMPLETION if p.candidates else 1
         resp = client.completions.create(prompt=req.prompt, **kwargs)
         choice = resp.choices[0]
-        lps = None
-        if p.logprobs and choice.logprobs is not None and choice.logprobs.token_logprobs is not None:
-            lps = [float(x) for x in choice.logprobs.token_logprobs]
-        return Generation(text=choice.text or "", token_logprobs=lps, finish_reason=choice.finish_reason)
+        lps, first = None, None
+        if choice.logprobs is not None:
+            if p.logprobs and choice.logprobs.token_logprobs is not None:
+                lps = [float(x) for x in choice.logprobs.token_logprobs]
+            if choice.logprobs.top_logprobs:
+                first = dict(choice.logprobs.top_logprobs[0] or {})
+        return Generation(text=choice.text or "", token_logprobs=lps, finish_reason=choice.finish_reason,
+                          candidate_logprobs=_candidates(p.candidates, first))
 
 
 def _describe(exc: Exception) -> str:

@@ -131,6 +131,7 @@ def run_items(
                 f"{output_field}_raw": g.text,
                 "finish_reason": g.finish_reason,
                 "model": backend.model_id,
+                **_logprob_fields(output_field, g),
             })
             if len(done) >= batch_size:
                 store.append(done)
@@ -141,6 +142,13 @@ def run_items(
             bar.update(len(done))
     bar.close()
     return len(todo)
+
+
+def _logprob_fields(output_field: str, gen) -> dict:
+    """Sequence log-probability of the generated tokens, when the request asked for them."""
+    if gen.token_logprobs is None:
+        return {}
+    return {f"{output_field}_logprob": float(sum(gen.token_logprobs)), f"{output_field}_tokens": len(gen.token_logprobs)}
 
 
 def _digest(*texts: str) -> str:

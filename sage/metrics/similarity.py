@@ -20,7 +20,9 @@ from sage.registry import Registry
 
 log = logging.getLogger(__name__)
 
-SIMILARITIES: Registry[type[PairwiseSimilarity]] = Registry("similarity")
+# The equivalence judges load torch/transformers or a generation backend only when used.
+SIMILARITIES: Registry[type[PairwiseSimilarity]] = Registry(
+    "similarity", lazy_modules={"nli": "sage.metrics.nli", "judge": "sage.metrics.judge"})
 
 
 class ForwardClock:
@@ -81,27 +83,27 @@ class CosineSimilarity(PairwiseSimilarity):
 
     name = "cosine"
 
-    def __init__(self, model: str | None = None, device: str | None = None):
+    def __init__(self, model: str | None = None, device: str | None = None, backend: str = "torch"):
         from sage.metrics.encoder import shared_encoder
 
         self.model_name = model or "all-minilm-l6-v2"
-        self.encoder = shared_encoder(model, device)
+        self.encoder = shared_encoder(model, device, backend)
         self.clock = self.encoder.clock
 
     @classmethod
     def from_options(cls, o):
-        return cls(model=o.embedder, device=o.device)
+        return cls(model=o.embedder, device=o.device, backend=o.encoder_backend)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.encoder.sentence_embeddings(texts)
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         unique, index = _unique_index(groups)
         emb = self.embed(unique)
         return [emb[ix] @ emb[ix].T for ix in index]
 
     def describe(self):
-        return {"name": self.name, "model": self.model_name}
+        return {"name": self.name, "model": self.model_name, "encoder_backend": self.encoder.backend}
 
     def release(self):
         self.encoder.clear_cache()
@@ -119,12 +121,13 @@ class BertScoreSimilarity(PairwiseSimilarity):
     name = "bertscore"
 
     def __init__(self, model: str | None = None, num_layers: int | None = None,
-                 device: str | None = None, batch_size: int = 64, embedder: str | None = None):
+                 device: str | None = None, batch_size: int = 64, embedder: str | None = None,
+                 backend: str = "torch"):
         from sage.metrics.encoder import shared_encoder
 
         self.model_name = model or embedder or "all-minilm-l6-v2"
         self.batch_size = batch_size
-        encoder = shared_encoder(embedder, device)
+        encoder = shared_encoder(embedder, device, backend)
         path = str(resolve_model_path(model, what="BERTScore model")) if model else encoder.path
         self.num_layers = num_layers or self._layer_count(path)
         self.shared = path == encoder.path and self.num_layers == encoder.num_layers
@@ -147,9 +150,10 @@ class BertScoreSimilarity(PairwiseSimilarity):
 
     @classmethod
     def from_options(cls, o):
-        return cls(model=o.bertscore_model, num_layers=o.bertscore_layers, device=o.device, embedder=o.embedder)
+        return cls(model=o.bertscore_model, num_layers=o.bertscore_layers, device=o.device, embedder=o.embedder,
+                   backend=o.encoder_backend)
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         if self.shared:
             from sage.metrics.encoder import greedy_bertscore_f1
 
@@ -186,7 +190,7 @@ class RougeLSimilarity(PairwiseSimilarity):
     def pair(self, reference: str, candidate: str) -> float:
         return lexical.rouge_l_f(self._prepare(reference), self._prepare(candidate))
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         unique, index = _unique_index(groups)
         prepared = [self._prepare(t) for t in unique]  # tokenize and stem each distinct text once
         mats = []
@@ -210,7 +214,7 @@ class BleuSimilarity(PairwiseSimilarity):
     def pair(self, reference: str, candidate: str) -> float:
         return lexical.bleu(lexical.BleuText(reference), lexical.BleuText(candidate))
 
-    def matrices(self, groups):
+    def matrices(self, groups, contexts=None):
         unique, index = _unique_index(groups)
         prepared = [lexical.BleuText(t) for t in unique]  # n-gram counts once per distinct text
         mats = []
@@ -233,6 +237,15 @@ class SimilarityOptions:
     bertscore_model: str | None = None  # default: the embedder
     bertscore_layers: int | None = None  # default: all layers of that model
     device: str | None = None
+    encoder_backend: str = "torch"  # torch, or onnx (ONNX Runtime; the `onnx` extra)
+    nli_model: str | None = None  # HF sequence-classification NLI model (id in the local cache or path)
+    nli_edge: str = "entail"  # entail: mean bidirectional P(entailment); not-contradict: 1 - max P(contradiction)
+    nli_batch_size: int = 32
+    judge_model: str | None = None  # any generation model (alias, HF id, path, API name)
+    judge_backend: str | None = None  # default: the model's registry entry
+    judge_base_urls: tuple[str, ...] = ()  # OpenAI-compatible endpoints for the judge
+    judge_batch_size: int = 16
+    cache_path: str | None = None  # generation cache for judge calls (default: $SAGE_CACHE_DIR)
 
 
 def build_similarity(name: str, options: SimilarityOptions | None = None) -> PairwiseSimilarity:

@@ -1,0 +1,162 @@
+"""NLI edges: an entailment model judges whether two answers say the same thing.
+
+Any Hugging Face sequence-classification NLI model works (`microsoft/deberta-large-mnli`,
+`cross-encoder/nli-deberta-v3-base`, ...); which output is entailment, neutral and contradiction is
+read from the model's `config.id2label`, never assumed. Every ordered pair (premise i,
+hypothesis j), i != j, of every group is scored, each distinct (premise, hypothesis) text pair once
+per run, in length-sorted batches.
+
+Edge similarity (`nli_edge`):
+- `entail` (default): S[i, j] = (P(entail | i, j) + P(entail | j, i)) / 2;
+- `not-contradict`: S[i, j] = 1 - max(P(contradiction | i, j), P(contradiction | j, i)).
+
+Entailment for semantic entropy: i entails j when entailment is the most probable of the three
+labels for premise i, hypothesis j (the argmax rule of Kuhn et al. 2023). Identical texts are the
+same answer (P(entailment) = 1, not sent to the model), as SGE puts them at distance 0.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from sage.api import EntailmentRelations, PairwiseSimilarity
+from sage.errors import SageInputError
+from sage.metrics.similarity import SIMILARITIES, ForwardClock
+from sage.models.resolve import resolve_model_path
+
+log = logging.getLogger(__name__)
+
+EDGES = ("entail", "not-contradict")
+LABELS = ("entailment", "neutral", "contradiction")
+
+
+def label_indices(id2label: dict) -> dict[str, int]:
+    """Output index of entailment / neutral / contradiction from a config's `id2label`."""
+    found: dict[str, int] = {}
+    for idx, name in id2label.items():
+        key = str(name).strip().lower()
+        for label, prefix in (("entailment", "entail"), ("neutral", "neutral"), ("contradiction", "contradict")):
+            if key.startswith(prefix):
+                if label in found:
+                    raise SageInputError(f"NLI model: two outputs are named like {label!r} in id2label {id2label}")
+                found[label] = int(idx)
+    missing = [lab for lab in ("entailment", "contradiction") if lab not in found]
+    if missing:
+        raise SageInputError(
+            f"NLI model: id2label {dict(id2label)} names no {' or '.join(missing)} output; pass a 3-way NLI model "
+            "(entailment/neutral/contradiction) or fix id2label in its config.json"
+        )
+    return found
+
+
+class NLIScorer:
+    """A sequence-classification NLI model: label probabilities of (premise, hypothesis) pairs."""
+
+    def __init__(self, model: str, device: str | None = None, batch_size: int = 32, max_length: int = 512):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.path = str(resolve_model_path(model, what="NLI model"))
+        self.device = device or "cpu"
+        self.batch_size = max(1, batch_size)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.path).to(self.device).eval()
+        self.labels = label_indices(self.model.config.id2label)
+        self.max_length = min(max_length, int(getattr(self.tokenizer, "model_max_length", max_length) or max_length))
+        self.clock = ForwardClock()
+        self.clock.attach(self.model)
+
+    def probabilities(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """len(pairs) x 3 array of P(entailment), P(neutral), P(contradiction) (neutral 0 if absent)."""
+        import torch
+
+        out = np.zeros((len(pairs), 3))
+        if not pairs:
+            return out
+        # Pairs of similar length share a batch, so padding stays small.
+        order = sorted(range(len(pairs)), key=lambda k: len(pairs[k][0]) + len(pairs[k][1]))
+        cols = [self.labels.get(lab) for lab in LABELS]
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                enc = self.tokenizer([pairs[k][0] for k in idx], [pairs[k][1] for k in idx], padding=True,
+                                     truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
+                probs = torch.softmax(self.model(**enc).logits.double(), dim=-1).cpu().numpy()
+                for c, col in enumerate(cols):
+                    if col is not None:
+                        out[idx, c] = probs[:, col]
+        return out
+
+
+@SIMILARITIES.register("nli")
+class NLISimilarity(PairwiseSimilarity):
+    """Edge similarity from a 3-way NLI model, both directions of every pair (module docstring)."""
+
+    name = "nli"
+    judges_equivalence = True
+
+    def __init__(self, model: str, edge: str = "entail", device: str | None = None, batch_size: int = 32):
+        if edge not in EDGES:
+            raise SageInputError(f"unknown NLI edge {edge!r}; choose one of {', '.join(EDGES)}")
+        self.model_name = model
+        self.edge = edge
+        self.scorer = NLIScorer(model, device=device, batch_size=batch_size)
+        self.clock = self.scorer.clock
+        self._probs: dict[tuple[str, str], np.ndarray] = {}
+        self.n_scored = 0  # ordered pairs sent to the model in this run
+
+    @classmethod
+    def from_options(cls, o):
+        if not o.nli_model:
+            raise SageInputError("--sge-edges nli needs --nli-model ID_OR_PATH (a Hugging Face NLI model, "
+                                 "e.g. microsoft/deberta-large-mnli, in the local cache or as a path)")
+        return cls(o.nli_model, edge=o.nli_edge, device=o.device, batch_size=o.nli_batch_size)
+
+    def _directional(self, groups) -> list[np.ndarray]:
+        """Per group an n x n x 3 array: label probabilities for premise i, hypothesis j."""
+        todo = list(dict.fromkeys((a, b) for g in groups for a in g for b in g
+                                  if a != b and (a, b) not in self._probs))
+        if todo:
+            log.info("NLI: %d ordered pairs", len(todo))
+            for pair, p in zip(todo, self.scorer.probabilities(todo)):
+                self._probs[pair] = p
+            self.n_scored += len(todo)
+        out = []
+        for g in groups:
+            n = len(g)
+            d = np.zeros((n, n, 3))
+            for i in range(n):
+                for j in range(n):
+                    if g[i] == g[j]:
+                        d[i, j, 0] = 1.0  # the same text entails itself
+                    else:
+                        d[i, j] = self._probs[(g[i], g[j])]
+            out.append(d)
+        return out
+
+    def matrices(self, groups, contexts=None):
+        mats = []
+        for d in self._directional(groups):
+            if self.edge == "entail":
+                s = (d[..., 0] + d[..., 0].T) / 2
+            else:
+                s = 1.0 - np.maximum(d[..., 2], d[..., 2].T)
+            np.fill_diagonal(s, 1.0)
+            mats.append(s)
+        return mats
+
+    def relations(self, groups, contexts=None):
+        rels = []
+        for d in self._directional(groups):
+            entails = d.argmax(axis=-1) == 0
+            rels.append(EntailmentRelations(entails, {f"p_{lab}": d[..., k] for k, lab in enumerate(LABELS)}))
+        return rels
+
+    def release(self):
+        self._probs.clear()
+
+    def describe(self):
+        return {"name": self.name, "model": self.model_name, "path": self.scorer.path, "edge": self.edge,
+                "labels": self.scorer.labels, "entailment_rule": "argmax label is entailment",
+                "max_length": self.scorer.max_length, "ordered_pairs_scored": self.n_scored}

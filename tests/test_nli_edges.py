@@ -1,0 +1,106 @@
+"""NLI edges: a tiny random-weight 3-way NLI model built here and scored through `sage` equals the
+same model run through `transformers`' text-classification pipeline; the label order comes from
+`id2label` (checked with two orders on the same weights)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from nli_helpers import LABEL_ORDERS, make_tiny_nli
+
+from sage.errors import SageInputError
+from sage.metrics.nli import LABELS, NLISimilarity, label_indices
+
+GROUPS = [
+    ["Lying to a friend is wrong.", "You should never lie, even to spare feelings.", "A white lie is sometimes fine."],
+    ["Return the wallet to its owner.", "Keep the cash; finders keepers.", "Lying to a friend is wrong."],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nli")
+    return {name: make_tiny_nli(root / name, order) for name, order in LABEL_ORDERS.items()}
+
+
+def _pipeline_probs(path, premise, hypothesis):
+    from transformers import pipeline
+
+    clf = _pipeline_probs.cache.get(path)
+    if clf is None:
+        clf = _pipeline_probs.cache[path] = pipeline("text-classification", model=str(path), top_k=None, device="cpu")
+    return {d["label"].lower(): d["score"] for d in clf({"text": premise, "text_pair": hypothesis})}
+
+
+_pipeline_probs.cache = {}
+
+
+@pytest.mark.parametrize("order", list(LABEL_ORDERS))
+def test_probabilities_equal_transformers_pipeline(tiny_models, order):
+    sim = NLISimilarity(str(tiny_models[order]), batch_size=4)
+    rels = sim.relations(GROUPS)
+    for g, rel in zip(GROUPS, rels):
+        for i, a in enumerate(g):
+            for j, b in enumerate(g):
+                if i == j:
+                    continue
+                ref = _pipeline_probs(tiny_models[order], a, b)
+                for lab in LABELS:
+                    assert rel.values[f"p_{lab}"][i, j] == pytest.approx(ref[lab], abs=1e-6)
+                assert rel.entails[i, j] == (max(ref, key=ref.get) == "entailment")
+    # Both directions of every pair, each distinct ordered text pair once (one text occurs in both groups).
+    assert sim.n_scored == 12
+    expected = {"mnli": {"entailment": 2, "neutral": 1, "contradiction": 0},
+                "permuted": {"entailment": 0, "contradiction": 1, "neutral": 2}}[order]
+    assert sim.describe()["labels"] == expected
+
+
+def test_label_order_is_read_from_id2label(tiny_models):
+    """Same weights, two label orders: sage's P(entailment) follows the names, not the positions."""
+    a = NLISimilarity(str(tiny_models["mnli"])).relations(GROUPS[:1])[0].values
+    b = NLISimilarity(str(tiny_models["permuted"])).relations(GROUPS[:1])[0].values
+    # mnli names output 2 entailment; permuted names output 0 entailment and output 2 neutral.
+    off = ~np.eye(3, dtype=bool)
+    np.testing.assert_allclose(b["p_neutral"][off], a["p_entailment"][off], atol=1e-6)
+    np.testing.assert_allclose(b["p_entailment"][off], a["p_contradiction"][off], atol=1e-6)
+    assert not np.allclose(a["p_entailment"][off], b["p_entailment"][off])
+
+
+def test_edge_similarities_and_batching(tiny_models):
+    path = str(tiny_models["mnli"])
+    one = NLISimilarity(path, batch_size=1)
+    many = NLISimilarity(path, batch_size=7)
+    ent, ent7 = one.matrices(GROUPS), many.matrices(GROUPS)
+    rels = one.relations(GROUPS)
+    for s, s7, rel in zip(ent, ent7, rels):
+        pe, pc = rel.values["p_entailment"], rel.values["p_contradiction"]
+        np.testing.assert_allclose(s7, s, atol=1e-6)
+        np.testing.assert_allclose(s[~np.eye(3, dtype=bool)], ((pe + pe.T) / 2)[~np.eye(3, dtype=bool)])
+        assert np.allclose(np.diag(s), 1.0) and np.allclose(s, s.T)
+    nc = NLISimilarity(path, edge="not-contradict").matrices(GROUPS)
+    for s, rel in zip(nc, rels):
+        pc = rel.values["p_contradiction"]
+        off = ~np.eye(3, dtype=bool)
+        np.testing.assert_allclose(s[off], (1 - np.maximum(pc, pc.T))[off], atol=1e-6)
+
+
+def test_identical_texts_entail_each_other_without_a_model_call(tiny_models):
+    sim = NLISimilarity(str(tiny_models["mnli"]))
+    rel = sim.relations([["same answer", "same answer", "other answer"]])[0]
+    assert rel.equivalent[0, 1] and rel.values["p_entailment"][0, 1] == 1.0
+    assert sim.n_scored == 2  # two distinct ordered text pairs: same -> other, other -> same
+
+
+def test_label_indices_and_errors(tmp_path):
+    assert label_indices({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == {
+        "contradiction": 0, "neutral": 1, "entailment": 2}
+    assert label_indices({"0": "entails", "1": "contradicts"}) == {"entailment": 0, "contradiction": 1}
+    with pytest.raises(SageInputError, match="names no entailment or contradiction output"):
+        label_indices({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"})
+    from sage.metrics.similarity import SimilarityOptions, build_similarity
+
+    with pytest.raises(SageInputError, match="needs --nli-model"):
+        build_similarity("nli", SimilarityOptions())
+    with pytest.raises(SageInputError, match="not available locally"):
+        build_similarity("nli", SimilarityOptions(nli_model="nobody/no-such-nli-model"))
+    with pytest.raises(SageInputError, match="unknown NLI edge"):
+        NLISimilarity(str(tmp_path), edge="both")
