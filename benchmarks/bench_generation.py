@@ -1,18 +1,23 @@
-"""Generation speed: batched `transformers` backend vs a one-prompt-at-a-time `pipeline` loop.
+"""Generation speed: the `transformers` backend (continuous batching, and the fixed batches it
+replaced) vs a one-prompt-at-a-time `pipeline` loop.
 
 The baseline is how the papers' scripts generate: a `transformers.pipeline("text-generation")`
-called once per prompt. Same prompts (the answer-stage prompt on demo questions), same model
-(bundled SmolLM2-135M-Instruct), greedy, same max_new_tokens. The llamacpp backend on the same
-prompts is the CPU reference point. Generated tokens are counted the same way for every method
-(re-tokenizing the output text). Reports the median of several runs and ratios to the baseline.
+called once per prompt. Same prompts (the answer-stage prompt on the SaGE quality100 paraphrases
+when ../shared/data is present, else on the demo questions), same model (bundled
+SmolLM2-135M-Instruct), greedy, same max_new_tokens. The llamacpp backend on the same prompts is
+the CPU reference point. Generated tokens are counted the same way for every method
+(re-tokenizing the output text). Reports the median of several interleaved runs and ratios to
+the baseline. The pipeline loop handles one prompt at a time, so its tokens/s does not depend on
+how many prompts it is given: `--loop-sample N` times it on every (prompts/N)-th prompt only.
 
-    python benchmarks/bench_generation.py --prompts 32 --batch-size 32 --max-new-tokens 32 --runs 3
+    python benchmarks/bench_generation.py --prompts 256 --batch-size 32 --max-new-tokens 128 --runs 3 --loop-sample 32
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,11 +27,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _prompts(n: int):
+    """Answer prompts on the SaGE quality100 paraphrases (500 distinct), else the demo questions."""
+    import os
+
+    import pandas as pd
+
     from sage.data.questions import read_questions
     from sage.generation.stages import answer_messages
 
-    qs = read_questions()["question"].tolist()
-    return [answer_messages(qs[i % len(qs)]) for i in range(n)]
+    shared = Path(os.environ.get("SAGE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    q100 = shared / "sage-quality100" / "q100_gpt_3.5_rot.csv"
+    if q100.is_file():
+        qs, source = pd.read_csv(q100)["paraphrased"].astype(str).tolist(), "SaGE quality100 paraphrases"
+    else:
+        qs, source = read_questions()["question"].tolist(), "demo questions"
+    return [answer_messages(qs[i % len(qs)]) for i in range(n)], source
 
 
 def _count(tok, texts) -> int:
@@ -59,10 +74,12 @@ def bench_backend(backend, prompts, max_new_tokens):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--prompts", type=int, default=256)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--loop-sample", type=int, default=32,
+                    help="prompts the one-at-a-time pipeline loop is timed on (every (prompts/N)-th); 0: all")
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for torch and llama.cpp (default: torch's default, all cores for llama.cpp)")
     ap.add_argument("--no-llamacpp", action="store_true")
@@ -76,48 +93,68 @@ def main(argv=None) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    prompts = _prompts(args.prompts)
-    batched = TransformersBackend("smollm2-135m", BackendOptions(device="cpu", batch_size=args.batch_size))
-    lm = batched.lm
-    methods = {
-        "pipeline loop (baseline)": lambda ps: bench_pipeline_loop(lm, ps, args.max_new_tokens),
-        f"transformers backend, batch {args.batch_size}": lambda ps: bench_backend(batched, ps, args.max_new_tokens),
+    prompts, source = _prompts(args.prompts)
+    step = max(1, args.prompts // args.loop_sample) if args.loop_sample else 1
+    sample = prompts[::step][: args.loop_sample or None]
+    continuous = TransformersBackend("smollm2-135m", BackendOptions(device="cpu", batch_size=args.batch_size))
+    lm = continuous.lm
+    fixed = TransformersBackend.from_loaded(lm, "smollm2-135m", BackendOptions(
+        device="cpu", batch_size=args.batch_size, continuous_batching=False))
+    loop_name = "pipeline loop (baseline)"
+    cont_name = f"transformers backend, continuous batching, {args.batch_size} rows"
+    fixed_name = f"transformers backend, fixed batches of {args.batch_size} (before)"
+    methods = {  # name -> (runner, prompts it is timed on)
+        loop_name: (bench_pipeline_loop(lm, sample, args.max_new_tokens), sample),
+        fixed_name: (bench_backend(fixed, prompts, args.max_new_tokens), prompts),
+        cont_name: (bench_backend(continuous, prompts, args.max_new_tokens), prompts),
     }
     if not args.no_llamacpp and importlib.util.find_spec("llama_cpp") is not None:
         from sage.generation.llamacpp import LlamaCppBackend
 
         cpp = LlamaCppBackend("smollm2-135m", BackendOptions(n_threads=args.threads))
-        methods["llamacpp backend (Q4_1 GGUF)"] = lambda ps: bench_backend(cpp, ps, args.max_new_tokens)
+        methods["llamacpp backend (Q4_1 GGUF)"] = (bench_backend(cpp, sample, args.max_new_tokens), sample)
 
-    runs = {name: make(prompts) for name, make in methods.items()}
-    for name, make in methods.items():
-        make(prompts[:2])()  # warm-up on two prompts
+    bench_pipeline_loop(lm, prompts[:2], 8)()  # warm-up
+    bench_backend(continuous, prompts[:2], 8)()
     # Runs are interleaved (A B C, A B C, ...) so load changes on a shared machine hit all methods alike.
     rates: dict[str, list[float]] = {name: [] for name in methods}
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
     texts: dict[str, list[str]] = {}
+    loads = []
     for i in range(args.runs):
-        for name, run in runs.items():
+        for name, (run, ps) in methods.items():
+            loads.append(os.getloadavg()[0])
             t0 = time.perf_counter()
             outs = run()
             dt = time.perf_counter() - t0
             rates[name].append(_count(lm.tokenizer, outs) / dt)
+            seconds[name].append(dt)
             texts[name] = outs
-            print(f"run {i + 1}: {name}: {rates[name][-1]:.1f} tok/s ({dt:.1f} s)", file=sys.stderr, flush=True)
-    results = {name: {"tokens_per_s_median": statistics.median(r), "runs": r} for name, r in rates.items()}
+            print(f"run {i + 1}: {name}: {rates[name][-1]:.1f} tok/s ({dt:.1f} s, {len(ps)} prompts)",
+                  file=sys.stderr, flush=True)
+    results = {name: {"tokens_per_s_median": statistics.median(r), "runs": r, "seconds": seconds[name],
+                      "prompts": len(methods[name][1])} for name, r in rates.items()}
 
-    base_name = next(iter(methods))
-    base = results[base_name]["tokens_per_s_median"]
-    same = sum(a.strip() == b.strip() for a, b in zip(texts[base_name], texts[list(methods)[1]]))
-    print(f"\n{args.prompts} prompts, greedy, max_new_tokens={args.max_new_tokens}, "
-          f"torch threads={torch.get_num_threads()}, median of {args.runs} runs\n")
-    print("| method | tokens/s (median) | vs pipeline loop |")
-    print("|---|---:|---:|")
+    base = results[loop_name]["tokens_per_s_median"]
+    in_sample = texts[cont_name][::step][: len(sample)]
+    same_loop = sum(a.strip() == b.strip() for a, b in zip(texts[loop_name], in_sample))
+    same_fixed = sum(a == b for a, b in zip(texts[fixed_name], texts[cont_name]))
+    tokens = _count(lm.tokenizer, texts[cont_name])
+    print(f"\n{args.prompts} answer prompts ({source}), greedy, max_new_tokens={args.max_new_tokens}, "
+          f"{tokens} tokens generated, torch threads={torch.get_num_threads()}, median of {args.runs} interleaved "
+          f"runs, 1-min load average {min(loads):.1f}-{max(loads):.1f}; pipeline loop timed on {len(sample)} of them\n")
+    print("| method | tokens/s (median) | vs pipeline loop | runs (s) |")
+    print("|---|---:|---:|---|")
     for name, r in results.items():
-        print(f"| {name} | {r['tokens_per_s_median']:.1f} | {r['tokens_per_s_median'] / base:.2f}x |")
-    print(f"\nbatched greedy text identical to the pipeline loop for {same}/{len(prompts)} prompts")
+        print(f"| {name} | {r['tokens_per_s_median']:.1f} | {r['tokens_per_s_median'] / base:.2f}x | "
+              f"{', '.join(f'{x:.0f}' for x in r['seconds'])} ({r['prompts']} prompts) |")
+    print(f"\ncontinuous-batching greedy text identical to the pipeline loop for {same_loop}/{len(sample)} prompts, "
+          f"to fixed batches for {same_fixed}/{len(prompts)}")
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "results": results,
-                                         "identical_to_baseline": same}, indent=2))
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "source": source,
+                                         "load_average": [min(loads), max(loads)], "results": results,
+                                         "identical_to_baseline": same_loop, "identical_to_fixed": same_fixed},
+                                        indent=2))
 
 
 if __name__ == "__main__":

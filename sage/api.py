@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -132,6 +132,11 @@ class GenerationBackend(ABC):
     """Batched generation. Implementations must be deterministic for a fixed seed and sample."""
 
     name: str = ""
+    #: False for backends that stay on the driver under a cluster executor (a network client, a
+    #: Python function of the driver's process); True where workers can each hold a copy.
+    distributable: bool = True
+    #: Workers generating at once (a cluster backend's pool size); callers size their batches by it.
+    parallelism: int = 1
 
     @property
     @abstractmethod
@@ -139,6 +144,13 @@ class GenerationBackend(ABC):
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
+
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
+        """Yield (request index, generation) as results become available, in any order.
+
+        Callers that write results as they arrive (the generation cache, the record store) use this,
+        so work finished before a crash is kept. The default generates everything in one call."""
+        yield from enumerate(self.generate(requests))
 
     def identity(self) -> dict[str, Any]:
         """Everything besides the request that decides the output; the generation cache keys on it.

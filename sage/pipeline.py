@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sage.api import SamplingParams
 from sage.errors import SageInputError
+from sage.executors import ExecutorOptions, make_executor
 from sage.generation.base import BackendOptions, make_backend
 from sage.generation.models import resolve_model
 from sage.data.files import write_table
@@ -72,6 +73,8 @@ class PipelineConfig:
     out_dir: str = "sage-run"
     output: str = "responses.csv"
     cache_path: str | None = None  # default: <SAGE_CACHE_DIR>/generations.sqlite
+    executor: str = "local"  # where backends run: local (this process) or ray (a cluster)
+    executor_options: ExecutorOptions = field(default_factory=ExecutorOptions)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -88,9 +91,11 @@ def _fingerprint(*parts) -> str:
 class _Backends:
     """One cached backend per (model, backend, format), shared by the stages of a run."""
 
-    def __init__(self, cfg: PipelineConfig):
+    def __init__(self, cfg: PipelineConfig, executor=None):
         self.cfg = cfg
         self._made: dict = {}
+        self._own_executor = executor is None
+        self.executor = make_executor(executor or cfg.executor, cfg.executor_options)
         self.options = BackendOptions(
             device=cfg.device, dtype=cfg.dtype, device_map=cfg.device_map, batch_size=cfg.batch_size,
             base_urls=tuple(cfg.base_urls),
@@ -102,7 +107,8 @@ class _Backends:
         spec = resolve_model(model, backend=backend, prompt_format=prompt_format)
         key = (spec.model_id, spec.backend, spec.prompt_format)
         if key not in self._made:
-            self._made[key] = (spec, make_backend(spec, self.options, cache_path=self.cfg.cache_path))
+            self._made[key] = (spec, make_backend(spec, self.options, cache_path=self.cfg.cache_path,
+                                                  executor=self.executor))
         return self._made[key]
 
     def model_under_test(self):
@@ -127,6 +133,8 @@ class _Backends:
         for _, b in self._made.values():
             b.close()
         self._made.clear()
+        if self._own_executor:
+            self.executor.close()
 
 
 def _records(cfg: PipelineConfig, stage: str, fp: str) -> RecordStore:
@@ -217,7 +225,7 @@ def generate_rots(answers, cfg: PipelineConfig, backends: _Backends | None = Non
             backends.close()
 
 
-def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, **overrides):
+def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, executor=None, **overrides):
     """Paraphrase -> answer -> RoT; writes `<out_dir>/<output>` and returns the responses table.
 
     Columns: question_id, question, paraphrase_id, paraphrase, paraphrase_score, model, sample,
@@ -225,12 +233,12 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
     writes `<out_dir>/paraphrase_candidates.csv` (every candidate, kept or rejected, with scores)
     and `paraphrase_report.json`. `questions_table`: a checked questions table (default: read
     `config.questions`, a file). `responses.attrs["model_calls"]` counts the requests that reached a model
-    (cache misses).
+    (cache misses). `executor`: an `Executor` to run the backends on (default: `config.executor`).
     """
     cfg = replace(config or PipelineConfig(), **overrides)
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    backends = _Backends(cfg)
+    backends = _Backends(cfg, executor)
     try:
         paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions_table)
         if len(candidates):

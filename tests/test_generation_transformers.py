@@ -101,6 +101,64 @@ def test_make_backend_by_alias_wraps_in_cache(tmp_path):
     assert b.calls == 1 and again[0].cached and again[0].text == out[0].text
 
 
+def _decode_steps(lm):
+    """Counts the model's one-token (decode) forward passes; prefills are not counted."""
+    calls = []
+
+    def hook(module, args, kwargs, output):
+        if kwargs["input_ids"].shape[1] == 1:
+            calls.append(kwargs["input_ids"].shape[0])
+
+    return calls, lm.model.register_forward_hook(hook, with_kwargs=True)
+
+
+def test_continuous_batching_equals_one_at_a_time_in_fewer_steps(backend):
+    """Chat turns whose replies end after 6 to 24 tokens, and real answer prompts, through 3 rows:
+    finished rows are replaced by waiting prompts (fewer decode steps than fixed batches) and greedy
+    text equals one prompt at a time."""
+    from sage.data.questions import read_questions
+    from sage.generation.hf import TransformersBackend
+    from sage.generation.stages import answer_messages
+
+    params = SamplingParams(max_new_tokens=24, logprobs=True)
+    chat = ["Hi", "Thanks!", "Hey", "Bye", "Good night", "Say OK.", "Hello", "Yo", "What is 2+2?", "Hi there"]
+    questions = read_questions()["question"].tolist()[:2]
+    reqs = _reqs(params, chat) + [GenerationRequest(messages=answer_messages(q), params=params) for q in questions]
+    opts = dict(device="cpu", batch_size=3)
+    continuous = TransformersBackend.from_loaded(backend.lm, backend.model_id, BackendOptions(**opts))
+    fixed = TransformersBackend.from_loaded(backend.lm, backend.model_id,
+                                            BackendOptions(**opts, continuous_batching=False))
+    calls, handle = _decode_steps(backend.lm)
+    try:
+        got = continuous.generate(reqs)
+        n_continuous = len(calls)
+        calls.clear()
+        before = fixed.generate(reqs)
+        n_fixed = len(calls)
+    finally:
+        handle.remove()
+    alone = [continuous.generate([r])[0] for r in reqs]
+    assert [g.text for g in got] == [g.text for g in alone] == [g.text for g in before]
+    assert [g.finish_reason for g in got] == [g.finish_reason for g in alone]
+    assert "stop" in {g.finish_reason for g in got} and "length" in {g.finish_reason for g in got}
+    for a, b in zip(got, alone):
+        assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)
+    assert n_continuous < n_fixed
+    # Rows are yielded as they finish: a short greeting comes back before a long answer queued earlier.
+    order = [i for i, _ in continuous.generate_iter(reqs)]
+    assert sorted(order) == list(range(len(reqs))) and order != sorted(order)
+
+
+def test_sampling_with_refills_is_seeded_per_request(backend):
+    from sage.generation.hf import TransformersBackend
+
+    narrow = TransformersBackend.from_loaded(backend.lm, backend.model_id, BackendOptions(device="cpu", batch_size=2))
+    params = SamplingParams(max_new_tokens=8, temperature=0.9, seed=5)
+    reqs = _reqs(params, PROMPTS + ["Hi", "Name a colour."])
+    together = narrow.generate(reqs)
+    assert [g.text for g in together] == [narrow.generate([r])[0].text for r in reqs]
+
+
 def test_bfloat16_and_device_map_auto(tmp_path):
     """Weights in bfloat16 generate (own cache entries: the dtype is part of the identity), and
     `device_map="auto"` (accelerate; the CPU here) gives the float32 model's greedy text."""

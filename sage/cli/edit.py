@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from sage.cli.options import executor_options, pop_executor
+
 _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 
 
@@ -25,18 +27,24 @@ _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
               help="Text file for key statistics (default: a corpus the model generates, cached).")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@executor_options
 def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch, hparams_file,
-            corpus, device, seed):
-    """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood."""
+            corpus, device, seed, **executor_kw):
+    """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood.
+
+    With --executor ray, the (method, framework, entry) units of the sweep run on a Ray cluster."""
     import logging
     from pathlib import Path
 
     from sage.editing.base import EDITORS, load_overrides
     from sage.editing.dataset import default_data_dir, load_countermoral
     from sage.editing.report import write_tables
-    from sage.editing.runner import RunConfig, run
+    from sage.editing.runner import RunConfig
+    from sage.editing.sharded import run_sweep
+    from sage.executors import make_executor
     from sage.settings import default_device
 
+    executor_name, executor_opts = pop_executor(executor_kw)
     log = logging.getLogger("sage.cli.edit")
     methods = list(methods) or EDITORS.names()
     for m in methods:
@@ -50,12 +58,15 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
     data = Path(data_dir) if data_dir else default_data_dir()
     for fw in frameworks:  # validate every file up front: one clear line, exit status 2
         load_countermoral(data, fw, subset, limit)
-    for m in methods:
-        cfg = RunConfig(method=m, frameworks=frameworks, subset=subset, model=model,
-                        out=Path(out_dir), data=str(data), limit=limit, batch=batch,
-                        overrides=overrides, corpus=corpus,
-                        device=device or default_device(), seed=seed)
-        summary = run(cfg)
+    cfgs = [RunConfig(method=m, frameworks=frameworks, subset=subset, model=model,
+                      out=Path(out_dir), data=str(data), limit=limit, batch=batch,
+                      overrides=overrides, corpus=corpus,
+                      device=device or default_device(), seed=seed)
+            for m in methods]
+    with make_executor(executor_name, executor_opts) as executor:
+        # Workers resolve the device themselves unless --device says (a CPU driver, GPU workers).
+        summaries = run_sweep(cfgs, executor, device=device)
+    for m, summary in zip(methods, summaries):
         rel = summary["overall"].get("reliability", {}).get("mean", float("nan"))
         log.info("%s: %d entries, reliability %.3f", m, summary["n_entries"], rel)
     path = write_tables(Path(out_dir), data)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import DTYPE_CHOICES
+from sage.cli.options import DTYPE_CHOICES, executor_options, pop_executor
 
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
 
@@ -39,7 +39,7 @@ def _common(f):
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return executor_options(f)
 
 
 def _config(common: dict, **fields):
@@ -47,7 +47,8 @@ def _config(common: dict, **fields):
 
     keys = ("base_urls", "seed", "batch_size", "device", "dtype", "device_map", "concurrency", "max_retries", "timeout",
             "tensor_parallel_size", "cache_path", "out_dir")
-    return PipelineConfig(**{k: common[k] for k in keys}, **fields)
+    executor, options = pop_executor(dict(common))
+    return PipelineConfig(**{k: common[k] for k in keys}, executor=executor, executor_options=options, **fields)
 
 
 def _write(df, common: dict, default_name: str) -> None:

@@ -48,3 +48,40 @@ def preset_option(*, help_suffix: str = ""):
 
     return click.option("--preset", default=None, is_eager=True, callback=callback,
                         help=f"Named settings ({names()}); options given explicitly override them.{help_suffix}")
+
+
+_EXECUTOR_KEYS = ("executor", "ray_address", "workers", "cpus_per_worker", "gpus_per_worker")
+
+
+def executor_options(f):
+    """--executor and the Ray options, shared by score, generate, edit and study."""
+    opts = [
+        click.option("--executor", default="local", show_default=True,
+                     help="Where the work runs: local (this process) or ray (a Ray cluster; "
+                          "pip install 'sage-consistency[ray]')."),
+        click.option("--ray-address", default=None,
+                     help="Ray cluster address, e.g. ray://head:10001 or auto (default: RAY_ADDRESS, else a new "
+                          "local cluster)."),
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="Ray: worker processes (default: one per GPU of the cluster, else one per CPU)."),
+        click.option("--cpus-per-worker", type=click.FloatRange(min=0, min_open=True), default=1.0,
+                     show_default=True, help="Ray: CPUs reserved per worker (also its torch threads)."),
+        click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
+                     help="Ray: GPUs per worker (default: 1, or the tensor parallel size, when the cluster has "
+                          "GPUs)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def pop_executor(kwargs: dict):
+    """(executor name, ExecutorOptions) from a command's keyword arguments, removing them; an unknown
+    executor name fails here, before any model loads."""
+    from sage.executors import EXECUTORS, ExecutorOptions
+
+    values = {k: kwargs.pop(k) for k in _EXECUTOR_KEYS}
+    EXECUTORS.get(values["executor"])
+    return values["executor"], ExecutorOptions(
+        address=values["ray_address"], workers=values["workers"], cpus_per_worker=values["cpus_per_worker"],
+        gpus_per_worker=values["gpus_per_worker"])

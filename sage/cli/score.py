@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from sage.cli.options import csv_list, precision_options, preset_option
+from sage.cli.options import csv_list, executor_options, pop_executor, precision_options, preset_option
 
 
 def _print_summary(summary: dict) -> None:
@@ -37,7 +37,8 @@ def _print_summary(summary: dict) -> None:
 
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, max_new_tokens, seed, device, dtype, device_map, out, record_logprobs=False):
+              min_parascore, max_new_tokens, seed, device, dtype, device_map, out, record_logprobs=False,
+              executor="local", executor_opts=None):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig, run_pipeline
@@ -46,7 +47,10 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
     options = dict(model=model, questions=questions, k=paraphrases, samples=samples,
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
                    rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
-                   out_dir=str(out), answer_max_new_tokens=max_new_tokens, record_logprobs=record_logprobs)
+                   out_dir=str(out), answer_max_new_tokens=max_new_tokens, record_logprobs=record_logprobs,
+                   executor=executor)
+    if executor_opts is not None:
+        options["executor_options"] = executor_opts
     if min_parascore is not None:
         options["min_parascore"] = min_parascore
     return run_pipeline(PipelineConfig(**options))
@@ -113,11 +117,12 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
               help="Format of questions, responses and edges tables (parquet for large runs).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars.")
 @preset_option()
+@executor_options
 def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
             rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
             nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
             bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
-            no_progress):
+            no_progress, **executor_kw):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -129,6 +134,7 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
 
+    executor, executor_opts = pop_executor(executor_kw)
     if no_progress:  # every bar, the generation stages' and the libraries' included (tqdm reads it)
         import os
 
@@ -154,7 +160,7 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
                        rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out,
-                       record_logprobs)
+                       record_logprobs, executor, executor_opts)
         labels = {}
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from sage.cli.options import executor_options, pop_executor
+
 _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 
 
@@ -36,9 +38,13 @@ def command():
 @click.option("--corpus", default=None, type=click.Path(), help="Text file for key statistics.")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@executor_options
 def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_dir, k, question_template,
-                     completion_tokens, answer_tokens, rot_tokens, hparams_file, corpus, device, seed):
-    """Before/after-edit SGE and baselines on completions and open-question answers and RoTs."""
+                     completion_tokens, answer_tokens, rot_tokens, hparams_file, corpus, device, seed, **executor_kw):
+    """Before/after-edit SGE and baselines on completions and open-question answers and RoTs.
+
+    With --executor ray, the pre-edit texts and each method's edits run as per-entry units on a Ray
+    cluster (--device names the workers' device; default: the driver's)."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -49,6 +55,7 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
     from sage.studies.edit_consistency import StudyConfig, run_study
     from sage.studies.probes import DEFAULT_QUESTION_TEMPLATE
 
+    executor, executor_opts = pop_executor(executor_kw)
     overrides = load_overrides(hparams_file)
     for name, ov in overrides.items():
         if not isinstance(ov, dict):
@@ -63,5 +70,8 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
         overrides=overrides, corpus=corpus, device=device or default_device(), seed=seed)
     if cfg.data is None:  # options are validated above before CounterMoral is located (or downloaded)
         cfg = replace(cfg, data=str(default_data_dir()))
-    run_study(cfg)
+    from sage.executors import make_executor
+
+    with make_executor(executor, executor_opts) as ex:
+        run_study(cfg, executor=ex)
     click.echo(f"wrote {Path(out_dir) / 'summary.md'}")

@@ -100,7 +100,6 @@ def run(cfg: RunConfig, lm=None) -> dict:
     out = run_dir(cfg)
     settings = run_settings(cfg)
     check_resume_settings(out, settings, legacy=out / "summary.json")
-    lm = lm or load_causal_lm(cfg.model, device=cfg.device)
     # One record per entry, keyed by its uid, through the shared torn-tail-safe store.
     store = RecordStore(out / "entries.jsonl", key_field="uid")
     done = store.records
@@ -108,6 +107,7 @@ def run(cfg: RunConfig, lm=None) -> dict:
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
             continue
+        lm = lm or load_causal_lm(cfg.model, device=cfg.device)  # not loaded when only summarising
         pool = editing_pool(cfg.data, fw, cfg.subset, cfg.batch)
         editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
                              EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))

@@ -48,7 +48,8 @@ class BackendOptions:
     device: str | None = None  # transformers: cpu / cuda (default: cuda when available)
     dtype: str = "auto"  # transformers: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32; vllm too
     device_map: str | None = None  # transformers: "auto" spreads a large model over the GPUs (accelerate)
-    batch_size: int = 16  # transformers: prompts per forward pass
+    batch_size: int = 16  # transformers: prompts per forward pass (rows in flight)
+    continuous_batching: bool = True  # transformers: a finished row's slot goes to a waiting prompt
     base_urls: tuple[str, ...] = ()  # openai: one or more OpenAI-compatible endpoints
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 8  # openai: requests in flight
@@ -119,10 +120,12 @@ def make_backend(
     options: BackendOptions | None = None,
     *,
     cache_path: str | Path | None = None,
+    executor=None,
 ) -> GenerationBackend:
-    """Instantiate `spec.backend` for `spec.model_id`, wrapped in the generation cache."""
+    """Instantiate `spec.backend` for `spec.model_id` where `executor` (a `sage.executors.Executor`,
+    default: this process) runs it, wrapped in the driver's generation cache."""
+    from sage.executors import make_executor
     from sage.generation.cache import CachedBackend, GenerationCache
 
-    cls = BACKENDS.get(spec.backend)
-    backend = cls(spec.model_id, options or BackendOptions())
+    backend = make_executor(executor).generation_backend(spec, options or BackendOptions())
     return CachedBackend(backend, GenerationCache(cache_path))

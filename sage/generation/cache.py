@@ -9,9 +9,9 @@ device type and the chat template. So the same alias under two backends, or a lo
 directory whose weights changed, never share entries. An OpenAI-compatible endpoint is identified
 by backend and model name only, not by its URL: several servers may serve one model.
 
-Hits are served from SQLite; misses go to the wrapped backend in one batch and are stored as soon
-as the batch returns, so a killed run loses at most the batch in flight and a rerun makes no
-model calls for work already done. Rows written under an older key scheme live in another table
+Hits are served from SQLite; misses go to the wrapped backend in one call and each is stored as
+soon as the backend yields it (`generate_iter`), so a killed run loses at most the rows in flight
+and a rerun makes no model calls for work already done. Rows written under an older key scheme live in another table
 (and their keys hash another schema version), so they are never served.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.generation.base import PartialBatchError
@@ -146,6 +146,7 @@ class CachedBackend(GenerationBackend):
         self.cache = cache if cache is not None else GenerationCache()
         self.name = inner.name
         self._identity = inner.identity()  # once: fingerprinting reads the weight files' ends
+        self.parallelism = inner.parallelism
         self.calls = 0
 
     @property
@@ -156,28 +157,41 @@ class CachedBackend(GenerationBackend):
         return self._identity
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        out: list[Generation | None] = [None] * len(requests)
+        for i, gen in self.generate_iter(requests):
+            out[i] = gen
+        return out  # type: ignore[return-value]
+
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
+        """Hits first, then each miss as the wrapped backend finishes it, stored before it is
+        yielded (so a crash keeps every finished generation)."""
         keys = [request_key(self._identity, r) for r in requests]
         hits = self.cache.get_many(list(dict.fromkeys(keys)))
-        todo: dict[str, GenerationRequest] = {}
-        for key, req in zip(keys, requests):
-            if key not in hits and key not in todo:
-                todo[key] = req
-        if todo:
-            log.debug("%s: %d cached, %d to generate", self.model_id, len(requests) - len(todo), len(todo))
-            try:
-                outs = self.inner.generate(list(todo.values()))
-            except PartialBatchError as exc:  # store what finished, so a rerun does not redo it
-                items = list(todo.items())
-                self.cache.put_many([(items[i][0], self._identity, items[i][1], g) for i, g in exc.done.items()])
-                self.calls += len(exc.done)
-                raise
-            self.calls += len(todo)
-            self.cache.put_many(
-                [(k, self._identity, r, g) for (k, r), g in zip(todo.items(), outs)]
-            )
-            for key, gen in zip(todo, outs):
-                hits[key] = dataclasses.replace(gen, cached=False)
-        return [dataclasses.replace(hits[k]) for k in keys]
+        where: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            where.setdefault(key, []).append(i)
+        todo = [(key, requests[idx[0]]) for key, idx in where.items() if key not in hits]
+        for key, idx in where.items():
+            if key in hits:
+                for i in idx:
+                    yield i, dataclasses.replace(hits[key])
+        if not todo:
+            return
+        log.debug("%s: %d cached, %d to generate", self.model_id, len(requests) - len(todo), len(todo))
+        stored: set[int] = set()
+        try:
+            for j, gen in self.inner.generate_iter([r for _, r in todo]):
+                key, req = todo[j]
+                self.cache.put_many([(key, self._identity, req, gen)])
+                self.calls += 1
+                stored.add(j)
+                for i in where[key]:
+                    yield i, dataclasses.replace(gen, cached=False)
+        except PartialBatchError as exc:  # store what finished, so a rerun does not redo it
+            done = {j: g for j, g in exc.done.items() if j not in stored}
+            self.cache.put_many([(todo[j][0], self._identity, todo[j][1], g) for j, g in done.items()])
+            self.calls += len(done)
+            raise
 
     def close(self) -> None:
         self.inner.close()

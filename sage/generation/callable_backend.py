@@ -47,6 +47,7 @@ def register_function(name: str, fn: Callable, *, batch: bool = False) -> str:
 @BACKENDS.register("callable")
 class CallableBackend(GenerationBackend):
     name = "callable"
+    distributable = False  # stays on the driver under a cluster executor
 
     def __init__(self, model: str, options: BackendOptions | None = None):
         if model not in _FUNCTIONS:

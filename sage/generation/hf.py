@@ -1,14 +1,15 @@
 """`transformers` backend: real batched generation on CPU or GPU.
 
-Prompts are left-padded into one batch and decoded with one forward pass per step for the
-whole batch (KV cache); finished rows are dropped from the batch. Sampling uses one random
+Prompts are left-padded into a batch and decoded with one forward pass per step for the whole
+batch (KV cache); a finished row leaves the batch and a waiting prompt takes its slot
+(continuous batching, `sage.generation.hf_batching`). Sampling uses one random
 generator per row seeded from (seed, sample, prompt), so a row's output does not depend on the
 other rows in its batch; greedy decoding (temperature 0) gives the same text batched or alone.
 """
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
 from sage.generation.base import BACKENDS, BackendOptions, first_token_after, request_seed
@@ -98,103 +99,30 @@ class TransformersBackend(GenerationBackend):
     # ------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
+        for i, g in self.generate_iter(requests):
+            results[i] = g
+        return results  # type: ignore[return-value]
+
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
+        """Yield (request index, generation) as each row finishes.
+
+        Requests are grouped by sampling parameters and queued shortest prompt first; with
+        `continuous_batching` a row that finishes is replaced by the next waiting prompt (see
+        `sage.generation.hf_batching`), otherwise the queue is decoded in fixed batches."""
+        from sage.generation.hf_batching import decode
+
         ids = [self._token_ids(r) for r in requests]
         cands = [self._candidate_ids(r, p) if r.params.candidates else [] for r, p in zip(requests, ids)]
-        # Group by sampling parameters, then batch prompts of similar length together.
         groups: dict[SamplingParams, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(r.params, []).append(i)
-        bs = max(1, self.options.batch_size)
         for params, idx in groups.items():
             idx = sorted(idx, key=lambda i: len(ids[i]))
-            for start in range(0, len(idx), bs):
-                chunk = idx[start : start + bs]
-                outs = self._generate_batch(
-                    [ids[i] for i in chunk], params, [request_seed(requests[i]) for i in chunk],
-                    [cands[i] for i in chunk],
-                )
-                for i, g in zip(chunk, outs):
-                    results[i] = g
-        return results  # type: ignore[return-value]
-
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int],
-                        cand_ids: list[list[int]] | None = None) -> list[Generation]:
-        import torch
-
-        model, tok, dev = self.lm.model, self.lm.tokenizer, self.device
-        n, width = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[i, width - len(p) :] = 1
-        input_ids, attn = input_ids.to(dev), attn.to(dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        sampling = params.temperature > 0
-        gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds] if sampling else []
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        logprobs: list[list[float]] = [[] for _ in range(n)]
-        finish = ["length"] * n
-        cand_lps: list[list[float]] = [[] for _ in range(n)]
-        active = list(range(n))  # original row of each batch row
-        stop_tail = max((len(s) for s in params.stop), default=0) + 16
-
-        with torch.inference_mode():
-            out = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-            past, logits = out.cache, out.logits[:, -1, :].float()
-            pos = pos[:, -1:]
-            for _step in range(params.max_new_tokens):
-                logp = torch.log_softmax(logits, dim=-1)
-                if _step == 0 and params.candidates:  # every row is still active at the first step
-                    cand_lps = logp.gather(1, torch.tensor(cand_ids, device=logp.device)).tolist()
-                nxt = self._pick(logits, params, [gens[r] for r in active] if sampling else None)
-                chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
-                nxt_list = nxt.tolist()
-                keep = []
-                for b, row in enumerate(active):
-                    t = nxt_list[b]
-                    if t in self.eos_ids:
-                        finish[row] = "stop"
-                        continue
-                    tokens[row].append(t)
-                    logprobs[row].append(chosen[b])
-                    if params.stop and any(
-                        s in tok.decode(tokens[row][-stop_tail:], skip_special_tokens=True) for s in params.stop
-                    ):
-                        finish[row] = "stop"
-                        continue
-                    keep.append(b)
-                if not keep or _step == params.max_new_tokens - 1:
-                    break
-                if len(keep) < len(active):
-                    sel = torch.tensor(keep, device=dev)
-                    past.batch_select_indices(sel)
-                    attn, pos, nxt = attn[sel], pos[sel], nxt[sel]
-                    active = [active[b] for b in keep]
-                attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype, device=dev)], dim=1)
-                pos = pos + 1
-                out = model(
-                    input_ids=nxt[:, None], attention_mask=attn, position_ids=pos,
-                    cache=past, use_cache=True,
-                )
-                past, logits = out.cache, out.logits[:, -1, :].float()
-
-        results = []
-        for row in range(n):
-            text = tok.decode(tokens[row], skip_special_tokens=True)
-            for s in params.stop:
-                cut = text.find(s)
-                if cut >= 0:
-                    text = text[:cut]
-            results.append(
-                Generation(
-                    text=text,
-                    token_logprobs=logprobs[row] if params.logprobs else None,
-                    finish_reason=finish[row],
-                    candidate_logprobs=dict(zip(params.candidates, cand_lps[row])) if params.candidates else None,
-                )
-            )
-        return results
+            rows = decode(self, [ids[i] for i in idx], params, [request_seed(requests[i]) for i in idx],
+                          width=max(1, self.options.batch_size), refill=self.options.continuous_batching,
+                          cand_ids=[cands[i] for i in idx])
+            for j, g in rows:
+                yield idx[j], g
 
     @staticmethod
     def _pick(logits, params: SamplingParams, gens):

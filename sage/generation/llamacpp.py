@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.errors import SageInputError
@@ -67,6 +67,10 @@ class LlamaCppBackend(GenerationBackend):
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return [self._one(r) for r in requests]
+
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
+        for i, r in enumerate(requests):  # one at a time: each is cached and recorded as it finishes
+            yield i, self._one(r)
 
     def _one(self, req: GenerationRequest) -> Generation:
         gen, n_prompt = self._complete(req)

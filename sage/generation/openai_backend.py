@@ -16,8 +16,8 @@ import logging
 import os
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.generation.base import BACKENDS, BackendError, BackendOptions, PartialBatchError, request_seed
@@ -37,6 +37,7 @@ def _candidates(candidates, listed: dict[str, float] | None) -> dict[str, float]
 @BACKENDS.register("openai")
 class OpenAIBackend(GenerationBackend):
     name = "openai"
+    distributable = False  # stays on the driver under a cluster executor
 
     def __init__(self, model: str, options: BackendOptions | None = None):
         import openai
@@ -66,20 +67,26 @@ class OpenAIBackend(GenerationBackend):
         return self._model_id
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        done = dict(self.generate_iter(requests))
+        return [done[i] for i in range(len(requests))]
+
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
+        """Requests in flight at once (bounded); each is yielded as its answer arrives."""
         if not requests:
-            return []
+            return
         workers = max(1, min(self.options.concurrency, len(requests)))
+        done, first_error = {}, None
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(self._with_retries, i, r) for i, r in enumerate(requests)]
-            done, first_error = {}, None
-            for i, f in enumerate(futures):
+            futures = {pool.submit(self._with_retries, i, r): i for i, r in enumerate(requests)}
+            for f in as_completed(futures):
                 try:
-                    done[i] = f.result()
+                    done[futures[f]] = f.result()
                 except BackendError as exc:
                     first_error = first_error or exc
+                    continue
+                yield futures[f], done[futures[f]]
         if first_error is not None:  # keep the finished requests (the cache stores them)
             raise PartialBatchError(str(first_error), done)
-        return [done[i] for i in range(len(requests))]
 
     def _with_retries(self, index: int, req: GenerationRequest) -> Generation:
         attempts = self.options.max_retries + 1

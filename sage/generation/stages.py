@@ -1,7 +1,7 @@
 """Answer and Rule-of-Thumb stages, and the resumable loop every stage uses.
 
-`run_items` sends the unfinished items of a stage to a (cached) backend in batches and appends
-one record per item to a `RecordStore` as each batch returns; finished items are skipped.
+`run_items` sends the unfinished items of a stage to a (cached) backend and appends one record per
+item to a `RecordStore` as rows finish (a batch of records at a time); finished items are skipped.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from sage.generation.models import PromptFormat
 from sage.data.records import RecordStore
 
 log = logging.getLogger(__name__)
+
+WINDOW_BATCHES = 16  # batches handed to the backend at once (continuous batching refills from them)
 
 Messages = tuple[tuple[str, str], ...]
 
@@ -112,13 +114,17 @@ def run_items(
     if len(todo) < len(items):
         log.info("%s: %d of %d items already done", desc, len(items) - len(todo), len(items))
     bar = tqdm(total=len(todo), desc=desc, unit="item", disable=not todo, leave=False)
-    for start in range(0, len(todo), batch_size):
-        chunk = todo[start : start + batch_size]
+    # The backend gets a window of many batches at once, so it can keep every slot (or worker)
+    # busy; records are appended a batch at a time as rows finish, in whatever order they finish.
+    window = batch_size * max(WINDOW_BATCHES, 2 * getattr(backend, "parallelism", 1))
+    for start in range(0, len(todo), window):
+        chunk = todo[start : start + window]
         reqs = build_requests(fmt, [it.messages for it in chunk], params, [it.sample for it in chunk],
                               [it.inputs for it in chunk])
-        outs = backend.generate(reqs)
-        store.append(
-            {
+        done: list[dict] = []
+        for i, g in backend.generate_iter(reqs):
+            it = chunk[i]
+            done.append({
                 "key": it.key,
                 **it.fields,
                 output_field: clean(g.text),
@@ -126,10 +132,14 @@ def run_items(
                 "finish_reason": g.finish_reason,
                 "model": backend.model_id,
                 **_logprob_fields(output_field, g),
-            }
-            for it, g in zip(chunk, outs)
-        )
-        bar.update(len(chunk))
+            })
+            if len(done) >= batch_size:
+                store.append(done)
+                bar.update(len(done))
+                done = []
+        if done:
+            store.append(done)
+            bar.update(len(done))
     bar.close()
     return len(todo)
 

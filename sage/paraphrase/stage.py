@@ -121,8 +121,9 @@ def run_paraphrase_stage(
     unique = questions.drop_duplicates("question_id")
     pending = [(r.question_id, r.question) for r in unique.itertuples(index=False) if r.question_id not in store]
     bar = tqdm(total=len(pending), desc="paraphrases", unit="question", disable=not pending, leave=False)
-    for start in range(0, len(pending), cfg.batch_size):
-        chunk = pending[start : start + cfg.batch_size]
+    step = cfg.batch_size * backend.parallelism  # every worker of a cluster backend gets a batch
+    for start in range(0, len(pending), step):
+        chunk = pending[start : start + step]
         state = {qid: _QuestionState(seen={normalize(q)}) for qid, q in chunk}
         for attempt in range(cfg.max_attempts):
             need = [(qid, q) for qid, q in chunk if state[qid].kept < cfg.k]

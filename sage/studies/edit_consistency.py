@@ -17,7 +17,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -163,24 +163,51 @@ class _Study:
                                  "is not implemented; leave it out of the study")
         return self.collect(self.live, scorer, group, open_qs)
 
-    def run_pre(self, open_qs) -> RecordStore:
+    def pre_records(self, reqs: Sequence[EditRequest], open_qs) -> list[dict]:
+        """The unedited model's texts for `reqs`, one record each."""
         from sage.editing.scorer import LMScorer
-        from tqdm.auto import tqdm
 
-        check_resume_settings(self.out / "records", self.text_settings(), name="pre.settings.json")
-        store = RecordStore(self.out / "records" / "pre.jsonl")
         scorer = LMScorer(self.lm.model, self.lm.tokenizer)
-        for r in tqdm([r for r in self.entries if r.uid not in store], desc="before edit",
-                      unit="entry", leave=False):
+        out = []
+        for r in reqs:
             texts = self.collect(self.base, scorer, [r], open_qs)
             self.add_rots(texts)
-            store.append([{"key": r.uid, "uid": r.uid, "framework": r.framework, **texts[r.uid]}])
+            out.append({"key": r.uid, "uid": r.uid, "framework": r.framework, **texts[r.uid]})
+        return out
+
+    def method_records(self, method: str, group: Sequence[EditRequest], open_qs, editors: dict) -> list[dict]:
+        """Edit with `method` (the whole group in one edit), generate through the edited model,
+        restore; one record per entry. `editors` keeps one editor per framework across calls."""
+        from sage.editing.base import EditContext, make_editor
+        from sage.editing.runner import editing_pool, evaluate
+
+        name, _, mode = method.partition(":")
+        cfg = self.cfg
+        fw = group[0].framework
+        if fw not in editors:  # one editor per retrieval / training pool
+            pool = editing_pool(cfg.data, fw, cfg.subset, mode == "batch")
+            editors[fw] = make_editor(name, {"seed": cfg.seed, **cfg.overrides.get(name, {})},
+                                      EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
+        editor = editors[fw]
+        if mode == "batch" and not editor.supports_batch:
+            raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
+        rows = evaluate(editor, self.lm, group, batch=True,
+                        during=lambda scorer, grp: self._generate_edited(name, scorer, grp, open_qs))
+        texts = {row["uid"]: row.pop("during") for row in rows}
+        self.add_rots(texts)  # after restore: RoTs come from the unedited model
+        keep = ("uid", "framework", "edit_seconds", "batch_size")
+        return [{"key": row["uid"], "method": method, **{k: row[k] for k in keep},
+                 "edit": {k: v for k, v in row.items() if k not in keep}, **texts[row["uid"]]} for row in rows]
+
+    def run_pre(self, open_qs, executor=None) -> RecordStore:
+        check_resume_settings(self.out / "records", self.text_settings(), name="pre.settings.json")
+        store = RecordStore(self.out / "records" / "pre.jsonl")
+        units = [("pre", (r.uid,)) for r in self.entries if r.uid not in store]
+        self._run_units(units, open_qs, store, "before edit", executor)
         return store
 
-    def run_method(self, method: str, open_qs) -> RecordStore:
-        from sage.editing.base import EditContext, make_editor
-        from sage.editing.runner import editing_pool, evaluate, method_settings
-        from tqdm.auto import tqdm
+    def run_method(self, method: str, open_qs, executor=None) -> RecordStore:
+        from sage.editing.runner import method_settings
 
         name, _, mode = method.partition(":")
         cfg = self.cfg
@@ -189,29 +216,52 @@ class _Study:
                     "method": method}
         check_resume_settings(self.out / "records", settings, name=f"{state_name(method)}.settings.json")
         store = RecordStore(self.out / "records" / f"{state_name(method)}.jsonl")
-        todo = [r for r in self.entries if r.uid not in store]
-        if not todo:
-            return store
-        groups = [todo] if mode == "batch" else [[r] for r in todo]
-        editors: dict[str, Any] = {}
-        for group in tqdm(groups, desc=f"{method} edits", unit="edit", leave=False):
-            fw = group[0].framework
-            if fw not in editors:  # one editor per retrieval / training pool
-                pool = editing_pool(cfg.data, fw, cfg.subset, mode == "batch")
-                editors[fw] = make_editor(name, overrides,
-                                          EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
-            editor = editors[fw]
-            if mode == "batch" and not editor.supports_batch:
-                raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
-            rows = evaluate(editor, self.lm, group, batch=True,
-                            during=lambda scorer, grp: self._generate_edited(name, scorer, grp, open_qs))
-            texts = {row["uid"]: row.pop("during") for row in rows}
-            self.add_rots(texts)  # after restore: RoTs come from the unedited model
-            keep = ("uid", "framework", "edit_seconds", "batch_size")
-            store.append([{"key": row["uid"], "method": method, **{k: row[k] for k in keep},
-                           "edit": {k: v for k, v in row.items() if k not in keep}, **texts[row["uid"]]}
-                          for row in rows])
+        todo = [r.uid for r in self.entries if r.uid not in store]
+        if todo:
+            groups = [tuple(todo)] if mode == "batch" else [(u,) for u in todo]
+            self._run_units([(method, g) for g in groups], open_qs, store, f"{method} edits", executor)
         return store
+
+    def _run_units(self, units, open_qs, store: RecordStore, desc: str, executor) -> None:
+        """Units (state, uids) on the executor's study workers; the driver appends each result."""
+        import functools
+
+        from tqdm.auto import tqdm
+
+        from sage.executors import make_executor
+
+        if not units:
+            return
+        ex = make_executor(executor)
+        units = [(state, uids, {u: open_qs[u] for u in uids}) for state, uids in units]
+        bar = tqdm(total=sum(len(u[1]) for u in units), desc=desc, unit="entry", leave=False)
+        try:
+            for _, recs in ex.map(functools.partial(StudyWorker, self.cfg), units, key=f"study:{self.cfg.out}"):
+                store.append(recs)
+                bar.update(len(recs))
+        finally:
+            bar.close()
+            if ex is not executor:
+                ex.close()
+
+
+class StudyWorker:
+    """A study's model state on one worker (model loaded once); `run((state, uids, open_qs))` returns
+    the records of those entries before the edit (state "pre") or under one method's edit."""
+
+    def __init__(self, cfg: StudyConfig):
+        self.study = _Study(cfg)
+        self.by_uid = {r.uid: r for r in self.study.entries}
+        self._editors: tuple[str, dict] = ("", {})
+
+    def run(self, unit) -> list[dict]:
+        state, uids, open_qs = unit
+        reqs = [self.by_uid[u] for u in uids]
+        if state == "pre":
+            return self.study.pre_records(reqs, open_qs)
+        if self._editors[0] != state:  # one editor per framework for the method being run, as a sequential run
+            self._editors = (state, {})
+        return self.study.method_records(state, reqs, open_qs, self._editors[1])
 
 
 # --------------------------------------------------------------------------- scoring
@@ -294,7 +344,20 @@ def _markdown(changes: pd.DataFrame, edit: dict, cfg: StudyConfig, n_entries: in
     return "\n".join(lines) + "\n"
 
 
-def run_study(cfg: StudyConfig, lm=None) -> dict:
+def run_study(cfg: StudyConfig, lm=None, executor=None) -> dict:
+    """`executor` (an `Executor` or its name; default: this process) runs the pre-edit texts and each
+    method's edits as (state, entry) units on its workers; records are written here."""
+    from sage.executors import make_executor
+
+    ex = make_executor(executor)
+    try:
+        return _run_study(cfg, lm, ex)
+    finally:
+        if ex is not executor:
+            ex.close()
+
+
+def _run_study(cfg: StudyConfig, lm, executor) -> dict:
     from sage.editing.metrics import aggregate
 
     study = _Study(cfg, lm)
@@ -304,9 +367,10 @@ def run_study(cfg: StudyConfig, lm=None) -> dict:
     (out / "config.json").write_text(json.dumps({"config": asdict(cfg), "provenance": prov}, indent=2,
                                                 default=str) + "\n")
     open_qs = study.open_paraphrases()
-    states = {"pre": study.run_pre(open_qs)}
+    states = {"pre": study.run_pre(open_qs, executor)}
     for method in cfg.methods:
-        states[state_name(method)] = study.run_method(method, open_qs)
+        states[state_name(method)] = study.run_method(method, open_qs, executor)
+    executor.release(f"study:{cfg.out}")
     uids = [r.uid for r in study.entries]
     scores = score_states(states, uids, cfg.seed)
     scores.to_csv(out / "scores.csv", index=False)

@@ -1,0 +1,119 @@
+"""Editing sweeps on an executor: every (method, framework, entry) of a sweep is one unit of work.
+
+`run_sweep(configs, executor)` is what `sage edit` runs, locally or on a Ray cluster. The driver
+checks each run's settings, skips entries already in its record store, and hands the rest out as
+units: one entry per unit (one edit each), or a framework's remaining entries in one unit in batch
+mode. Each worker loads the model once and keeps the editor of its latest (method, framework), so
+run in this process the sweep is exactly `sage.editing.runner.run`'s loop; every unit returns
+`runner.evaluate`'s rows and only the driver appends them to `entries.jsonl`, so a lost worker's
+unit is simply run again and a killed driver resumes where its store ends. Summaries are written
+by `runner.run`, which finds every entry done and only aggregates.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from sage.data.records import RecordStore
+from sage.editing.dataset import load_countermoral
+from sage.editing.runner import (
+    RunConfig,
+    editing_pool,
+    evaluate,
+    run,
+    run_dir,
+    run_settings,
+)
+from sage.errors import SageInputError
+from sage.provenance import check_resume_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EditUnit:
+    cfg: RunConfig
+    framework: str
+    uids: tuple[str, ...]
+
+
+class EditWorker:
+    """Holds the loaded model; `run(unit)` edits and scores the unit's entries and restores."""
+
+    def __init__(self, model: str, device: str | None):
+        from sage.settings import default_device
+
+        self.model, self.device = model, device or default_device()  # resolved where the worker runs
+        self._editor_key, self._editor = None, None
+
+    def _editor_for(self, cfg: RunConfig, framework: str):
+        from sage.editing.base import EditContext, make_editor
+
+        key = json.dumps([cfg.method, cfg.seed, cfg.overrides, cfg.corpus, cfg.data, cfg.subset, cfg.batch,
+                          framework], sort_keys=True, default=str)
+        if key != self._editor_key:  # one editor per (method, framework), as the sequential run keeps
+            pool = editing_pool(cfg.data, framework, cfg.subset, cfg.batch)
+            self._editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
+                                       EditContext(pool=pool, device=self.device, corpus=cfg.corpus))
+            self._editor_key = key
+        return self._editor
+
+    def run(self, unit: EditUnit) -> list[dict]:
+        from sage.models.causal_lm import load_causal_lm
+
+        cfg = replace(unit.cfg, device=self.device)
+        lm = load_causal_lm(cfg.model, device=self.device)  # loaded once per process
+        wanted = set(unit.uids)
+        reqs = [r for r in load_countermoral(cfg.data, unit.framework, cfg.subset, cfg.limit) if r.uid in wanted]
+        return evaluate(self._editor_for(cfg, unit.framework), lm, reqs, batch=cfg.batch)
+
+
+def sweep_units(cfg: RunConfig, store: RecordStore) -> list[EditUnit]:
+    """The unfinished work of one run: an entry per unit, or a framework's entries in batch mode."""
+    units = []
+    for fw in cfg.frameworks:
+        todo = tuple(r.uid for r in load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) if r.uid not in store)
+        if todo:
+            units += [EditUnit(cfg, fw, todo)] if cfg.batch else [EditUnit(cfg, fw, (u,)) for u in todo]
+    return units
+
+
+def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None = None) -> list[dict]:
+    """Run every configured method (one `RunConfig` each) on `executor` (default: this process);
+    returns each run's summary. `device`: the workers' torch device (default: each worker's own
+    default, e.g. cuda on GPU workers)."""
+    from tqdm.auto import tqdm
+
+    from sage.editing.base import EDITORS
+    from sage.executors import make_executor
+
+    for cfg in configs:
+        if cfg.batch and not EDITORS.get(cfg.method).supports_batch:
+            raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
+    ex = make_executor(executor)
+    try:
+        for model in dict.fromkeys(cfg.model for cfg in configs):
+            work: list[tuple[RecordStore, EditUnit]] = []
+            for cfg in (c for c in configs if c.model == model):
+                out = run_dir(cfg)
+                check_resume_settings(out, run_settings(cfg), legacy=out / "summary.json")
+                store = RecordStore(out / "entries.jsonl", key_field="uid")
+                work += [(store, unit) for unit in sweep_units(cfg, store)]
+            if not work:
+                continue
+            key = f"edit:{model}:{device}"
+            bar = tqdm(total=sum(len(u.uids) for _, u in work), desc=f"edits ({ex.name})", unit="entry", leave=False)
+            try:
+                for i, rows in ex.map(functools.partial(EditWorker, model, device), [u for _, u in work], key=key):
+                    work[i][0].append(rows)
+                    bar.update(len(rows))
+            finally:
+                bar.close()
+                ex.release(key)
+        return [run(cfg) for cfg in configs]  # every entry is stored now: this only writes the summaries
+    finally:
+        if ex is not executor:
+            ex.close()

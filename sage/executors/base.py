@@ -1,0 +1,91 @@
+"""The executor base, its options and registry.
+
+An executor runs *workers*: objects built once per worker process by a picklable factory (a
+worker holds what is expensive to build: a loaded model, a generation backend) and then asked to
+`run(unit)` many units of work. `map` yields (unit index, result) as units finish, in any order;
+callers (the generation cache, the record stores) write each result as it arrives, so a run
+killed at any point resumes from what was written. Units must be pure: running one twice (a
+retry after a lost worker) gives the same result, and only the caller writes results, so a retry
+never duplicates a record.
+
+`generation_backend(spec, options)` is the uncached backend a run generates with; the driver
+wraps it in its own `CachedBackend`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sage.errors import SageInputError
+from sage.registry import Registry
+
+EXECUTORS: Registry[type] = Registry(
+    "executor",
+    lazy_modules={"local": "sage.executors.local", "ray": "sage.executors.ray_executor"},
+)
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Runtime options; each executor reads the ones it uses."""
+
+    address: str | None = None  # ray: cluster address (default: RAY_ADDRESS, else a local cluster)
+    workers: int | None = None  # ray: worker processes per pool (default: as many as resources allow)
+    cpus_per_worker: float = 1.0  # ray: CPUs reserved per worker (also its torch threads)
+    gpus_per_worker: float | None = None  # ray: default 1 (vLLM: tensor parallel size) when the cluster has GPUs
+    max_retries: int = 3  # ray: restarts of a lost worker, and retries of the unit it was running
+
+    def __post_init__(self):
+        if self.workers is not None and self.workers < 1:
+            raise SageInputError(f"--workers must be >= 1 (got {self.workers})")
+        if self.cpus_per_worker <= 0:
+            raise SageInputError(f"--cpus-per-worker must be > 0 (got {self.cpus_per_worker})")
+        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
+            raise SageInputError(f"--gpus-per-worker must be >= 0 (got {self.gpus_per_worker})")
+        if self.max_retries < 0:
+            raise SageInputError(f"max_retries must be >= 0 (got {self.max_retries})")
+
+
+class Executor(ABC):
+    name: str = ""
+
+    def __init__(self, options: ExecutorOptions | None = None):
+        self.options = options or ExecutorOptions()
+
+    @abstractmethod
+    def map(self, factory: Callable[[], Any], units: Sequence[Any], *, gpus: float | None = None,
+            key: str | None = None) -> Iterator[tuple[int, Any]]:
+        """Run `factory().run(unit)` for every unit; yield (index, result) as each finishes.
+
+        Workers built by the same `key` are kept and reused by later calls (a loaded model is
+        loaded once per worker); `gpus` overrides the GPUs each worker reserves."""
+
+    @abstractmethod
+    def generation_backend(self, spec, options):
+        """The uncached `GenerationBackend` for a `ModelSpec` and `BackendOptions`."""
+
+    def release(self, key: str) -> None:
+        """Drop the workers built under `key` (their memory, or their cluster resources)."""
+        return
+
+    def workers(self, gpus: float | None = None) -> int:
+        """How many units run at once."""
+        return 1
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_executor(name: str | Executor | None = None, options: ExecutorOptions | None = None) -> Executor:
+    """An executor by registry name (default `local`); an `Executor` instance is returned as is."""
+    if isinstance(name, Executor):
+        return name
+    return EXECUTORS.get(name or "local")(options)

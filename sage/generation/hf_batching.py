@@ -1,0 +1,168 @@
+"""Continuous batching for the `transformers` backend.
+
+A queue of tokenized prompts (shortest first) is decoded with at most `width` rows in flight,
+one forward pass per step for all of them. A row leaves the batch as soon as it finishes (end of
+turn, a stop string, or its token budget) and is yielded at once; with `refill`, waiting prompts
+are prefilled and merged into the running KV cache when enough slots are free, so short answers no
+longer leave their slots idle while the longest row of a fixed batch finishes.
+
+Rows stay left-padded throughout: a merged group is padded on the left to the running cache's
+length (zeros under a zero attention mask), and columns that are padding for every row are
+cropped after rows leave. Each row keeps its own position ids, so its logits do not depend on its
+neighbours beyond float summation order; greedy output equals one-prompt-at-a-time output (tested
+on the bundled model) and sampling draws from one generator per row, seeded per request.
+Refilling needs a cache whose layers are plain `DynamicLayer`s (full attention); for any other
+cache the queue is decoded in fixed batches.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+from sage.api import Generation, SamplingParams
+
+
+class _Batch:
+    """The rows in flight: KV cache, attention mask, next positions, next-token logits."""
+
+    def __init__(self, cache, attn, pos, logits, rows: list[int]):
+        self.cache, self.attn, self.pos, self.logits, self.rows = cache, attn, pos, logits, rows
+
+    def select(self, keep: list[int]) -> None:
+        import torch
+
+        sel = torch.tensor(keep, device=self.attn.device)
+        self.cache.batch_select_indices(sel)
+        self.attn, self.pos, self.logits = self.attn[sel], self.pos[sel], self.logits[sel]
+        self.rows = [self.rows[b] for b in keep]
+        # Columns that are left padding for every remaining row are dead weight in every step.
+        start = int(self.attn.any(dim=0).int().argmax())
+        if start > 0:
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+            self.attn = self.attn[:, start:]
+
+    def merge(self, other: _Batch) -> None:
+        """Append `other`'s rows, left-padding the shorter cache to the common length."""
+        import torch
+        import torch.nn.functional as F
+
+        width = max(self.attn.shape[1], other.attn.shape[1])
+
+        def pad(t, n):  # left-pad dimension -2 (cache) or -1 (mask) by n
+            return t if n == 0 else F.pad(t, (0, 0, n, 0) if t.dim() == 4 else (n, 0))
+
+        a, b = width - self.attn.shape[1], width - other.attn.shape[1]
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([pad(mine.keys, a), pad(theirs.keys, b)])
+            mine.values = torch.cat([pad(mine.values, a), pad(theirs.values, b)])
+        self.attn = torch.cat([pad(self.attn, a), pad(other.attn, b)])
+        self.pos = torch.cat([self.pos, other.pos])
+        self.logits = torch.cat([self.logits, other.logits])
+        self.rows = self.rows + other.rows
+
+
+def _mergeable(cache) -> bool:
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _prefill(backend, prompts: list[list[int]], rows: list[int]) -> _Batch:
+    import torch
+
+    dev = backend.device
+    n, width = len(rows), max(len(prompts[r]) for r in rows)
+    input_ids = torch.full((n, width), backend.pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        p = prompts[r]
+        input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        attn[i, width - len(p):] = 1
+    input_ids, attn = input_ids.to(dev), attn.to(dev)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    out = backend.lm.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                           logits_to_keep=1)
+    return _Batch(out.cache, attn, pos[:, -1:], out.logits[:, -1, :].float(), list(rows))
+
+
+def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: list[int], *, width: int,
+           refill: bool = True, cand_ids: list[list[int]] | None = None) -> Iterator[tuple[int, Generation]]:
+    """Decode every prompt; yields (prompt index, Generation) as each row finishes. `cand_ids`: per
+    prompt, the first token of each of `params.candidates` (their log-probs at the first step)."""
+    import torch
+
+    dev, tok = backend.device, backend.lm.tokenizer
+    queue = deque(range(len(prompts)))
+    sampling = params.temperature > 0
+    gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds] if sampling else []
+    tokens: dict[int, list[int]] = {}
+    logprobs: dict[int, list[float]] = {}
+    cand_lps: dict[int, list[float]] = {}
+    stop_tail = max((len(s) for s in params.stop), default=0) + 16
+    # Refill once a quarter of the slots is free: each merge copies the cache, like one step does.
+    refill_at = max(1, width // 4)
+    batch: _Batch | None = None
+
+    def finished(row: int, reason: str) -> tuple[int, Generation]:
+        text = tok.decode(tokens.pop(row), skip_special_tokens=True)
+        for s in params.stop:
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[:cut]
+        lps = logprobs.pop(row)
+        cands = dict(zip(params.candidates, cand_lps.pop(row))) if params.candidates else None
+        return row, Generation(text=text, token_logprobs=lps if params.logprobs else None, finish_reason=reason,
+                               candidate_logprobs=cands)
+
+    with torch.inference_mode():
+        while queue or batch is not None:
+            free = width - (len(batch.rows) if batch else 0)
+            if queue and (batch is None or (refill and free >= min(refill_at, len(queue))
+                                            and _mergeable(batch.cache))):
+                new = [queue.popleft() for _ in range(min(free, len(queue)))]
+                for r in new:
+                    tokens[r], logprobs[r] = [], []
+                fresh = _prefill(backend, prompts, new)
+                if batch is None:
+                    batch = fresh
+                else:
+                    batch.merge(fresh)
+            logp = torch.log_softmax(batch.logits, dim=-1)
+            if params.candidates:  # at each row's first step: right after its prompt
+                first = [b for b, row in enumerate(batch.rows) if row not in cand_lps]
+                if first:
+                    ids = torch.tensor([cand_ids[batch.rows[b]] for b in first], device=logp.device)
+                    for b, lps in zip(first, logp[first].gather(1, ids).tolist()):
+                        cand_lps[batch.rows[b]] = lps
+            nxt = backend._pick(batch.logits, params, [gens[r] for r in batch.rows] if sampling else None)
+            chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+            keep = []
+            for b, (row, t) in enumerate(zip(batch.rows, nxt.tolist())):
+                if t in backend.eos_ids:
+                    yield finished(row, "stop")
+                    continue
+                tokens[row].append(t)
+                logprobs[row].append(chosen[b])
+                if params.stop and any(
+                    s in tok.decode(tokens[row][-stop_tail:], skip_special_tokens=True) for s in params.stop
+                ):
+                    yield finished(row, "stop")
+                    continue
+                if len(tokens[row]) >= params.max_new_tokens:
+                    yield finished(row, "length")
+                    continue
+                keep.append(b)
+            if not keep:
+                batch = None
+                continue
+            if len(keep) < len(batch.rows):
+                batch.select(keep)
+                nxt = nxt[torch.tensor(keep, device=nxt.device)]
+            batch.attn = torch.cat([batch.attn, torch.ones((len(batch.rows), 1), dtype=batch.attn.dtype,
+                                                           device=dev)], dim=1)
+            batch.pos = batch.pos + 1
+            out = backend.lm.model(input_ids=nxt[:, None], attention_mask=batch.attn, position_ids=batch.pos,
+                                   cache=batch.cache, use_cache=True)
+            batch.cache, batch.logits = out.cache, out.logits[:, -1, :].float()
