@@ -30,7 +30,7 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     rel = summary["frameworks"]["deontology"]["reliability"]
     assert rel["n"] == 2 and rel["mean"] == pytest.approx(sum(r["reliability"] for r in rows) / 2)
     tables = (out / "tables.md").read_text()
-    assert "Table 1: broad actions" in tables and "(GPT2-XL)" in tables
+    assert "Table 2: broad actions" in tables and "(GPT2-XL)" in tables
     # the published GPT2-XL FT reliability for deontology/broad appears next to ours
     pub = json.loads((countermoral_dir / "published-results-gpt2-xl" / "ft.json").read_text())
     ref = pub["results"]["DEONTOLOGY"]["broad-actions"]["edited"]["AGS"]["reliability"]["mean"]

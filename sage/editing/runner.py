@@ -125,7 +125,7 @@ def run(cfg: RunConfig, lm=None) -> dict:
     summary = {
         **settings, "limit": cfg.limit, "versions": package_versions(), "git": git_revision(),
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
-        "overall": aggregate(rows), "n_entries": len(rows),
+        "overall": aggregate(rows), "n_entries": len(rows), "n_expected": len(wanted),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

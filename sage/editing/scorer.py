@@ -113,6 +113,10 @@ class LMScorer(TargetScorer):
     def _logits(self, batch: PairBatch):
         return target_logits(self.model, batch)
 
+    def _routes(self, n_rows: int) -> list[bool | None]:
+        """Per row of the last batch: whether an editing wrapper intervened (None: no decision)."""
+        return [None] * n_rows
+
     def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         import torch
 
@@ -124,6 +128,7 @@ class LMScorer(TargetScorer):
                                  targets[s:s + self.batch_size], device)
             with torch.no_grad():
                 logits, spans, _ = self._logits(batch)
+            routes = self._routes(len(batch.target_ids))
             lps = target_logprobs(logits, spans, batch)
             for i, lp in enumerate(lps):
                 a, b = spans[i]
@@ -131,7 +136,7 @@ class LMScorer(TargetScorer):
                 hits = [a == t for a, t in zip(arg, batch.target_ids[i])]
                 out.append(TargetScore(
                     token_acc=sum(hits) / max(len(hits), 1), exact=all(hits) and bool(hits),
-                    seq_prob=float(lp.sum().exp()), argmax=tuple(arg)))
+                    logprob=float(lp.double().sum()), argmax=tuple(arg), routed=routes[i]))
         return out
 
 
