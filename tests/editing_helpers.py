@@ -38,7 +38,7 @@ def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, co
         hook.remove()
     got = target_logprobs(logits, spans, batch)
     rows = [(j, ctx + r.prompt, ctx + r.subject, r.target_new) for j, r in enumerate(reqs) for ctx in contexts]
-    rows += [(j, f"{r.subject} is a", r.subject, "") for j, r in enumerate(reqs)]
+    rows += [(j, r.subject, r.subject, "") for j, r in enumerate(reqs)]  # the KL row
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][3] == ""))  # request-major
     assert [rows[i][0] for i in order] == owner
     n_targets = 0

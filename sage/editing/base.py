@@ -17,13 +17,15 @@ from sage.errors import SageInputError
 from sage.registry import Registry
 
 EDITORS: Registry[type] = Registry("editing method", lazy_modules={
-    "ft": "sage.editing.ft",
+    "ft-l": "sage.editing.ft",
+    "ft-m": "sage.editing.ft",
     "lora": "sage.editing.lora",
     "rome": "sage.editing.rome",
     "memit": "sage.editing.memit",
     "alphaedit": "sage.editing.alphaedit",
     "ike": "sage.editing.ike",
     "serac": "sage.editing.serac",
+    "serac-icl": "sage.editing.serac_icl",
     "grace": "sage.editing.grace",
 })
 
@@ -84,6 +86,7 @@ class EditContext:
     never containing the entry under test at scoring time) and runtime settings."""
 
     pool: Sequence[Any] = ()
+    held_out: Sequence[Any] = ()  # other frameworks' entries: training data for SERAC
     device: str = "cpu"
     corpus: str | None = None  # a user text file for covariance statistics
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +100,11 @@ class EditorBase(Editor):
         if not isinstance(self.hparams, self.hparams_cls):
             raise TypeError(f"{self.name} expects {self.hparams_cls.__name__}")
         self.context = context or EditContext()
+
+    def diagnostics(self) -> dict[str, Any]:
+        """What the editor measured about itself (null-space dimensions, classifier accuracy);
+        the runner stores it per framework in summary.json."""
+        return {}
 
 
 def make_editor(name: str, overrides: dict[str, Any] | None = None,

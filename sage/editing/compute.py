@@ -4,8 +4,8 @@
 - `subject_activations` / `subject_keys`: inputs or outputs of modules at the subject's last
   token, averaged over the context prefixes (the template-averaged key that R-ROME uses in the
   update), several taps per forward pass, each pass stopped after the last tap;
-- `optimize_deltas`: the value-side optimization (target NLL + KL on "<subject> is a" + weight
-  decay, norm clamp) of a vector added to the down-projection output at the subject's last token,
+- `optimize_deltas`: the value-side optimization (target NLL + KL at the subject's last token of
+  "<subject> is a" + weight decay, norm clamp) of a vector added to the down-projection output at the subject's last token,
   many requests per forward/backward pass, each step running only the tokens from the subject's
   last token on (the prefix's attention cache is computed once);
 - solvers: rank-one (ROME), least squares over several keys (MEMIT), null-space projected (AlphaEdit).
@@ -153,7 +153,7 @@ class _DeltaState:
 
 @dataclass
 class _Rows:
-    """One request's rows (each context + prompt + target, then "<subject> is a") split at the
+    """One request's rows (each context + prompt + target, then the KL row) split at the
     subject's last token. The vector enters at that token, so nothing before it depends on the
     vector: the prefix runs once and its attention keys/values serve every step, which runs only
     the suffix (subject's last token, relation, target but its last token)."""
@@ -173,7 +173,9 @@ def _split_rows(model, tokenizer, requests: Sequence[EditRequest], contexts: Seq
     per_req = []
     for req in requests:
         rows = [(ctx + req.prompt, ctx + req.subject, req.target_new) for ctx in contexts]
-        rows.append((f"{req.subject} is a", req.subject, ""))
+        # ROME's KL prompt is "<subject> is a", read at the subject's last token; causal
+        # attention makes " is a" irrelevant there, so the row stops at the subject
+        rows.append((req.subject, req.subject, ""))
         split = []
         for prompt, upto_subject, target in rows:
             p_ids = tokenizer(prompt).input_ids
@@ -288,7 +290,7 @@ def optimize_deltas(model, tokenizer, profile: ModelProfile, layer: int,
                     progress: bool = False):
     """Per request, a vector added to the layer's down-projection output at the subject's last
     token that makes `target_new` likely after every context + prompt, with a KL penalty on
-    "<subject> is a" and weight decay (ROME's value objective).
+    "<subject> is a" (at the subject's last token) and weight decay (ROME's value objective).
 
     Up to `cfg.requests_per_batch` requests share each forward/backward pass, each with its own
     vector and Adam state, so the result for a request does not depend on its batch mates (up to
@@ -380,9 +382,10 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
         if st.ref_kl is None:  # the first step runs with a zero vector: the reference
             st.ref_kl = kl_logp[a].detach()
     ref = torch.stack([st.ref_kl for st in active])
-    # KL(ref || current) per request, all rows at once (indexing per request would make the
-    # backward pass fill a [requests, vocab] zero tensor per request)
-    kls = (ref.exp() * (ref - kl_logp)).sum(-1)
+    # KL(current || initial) per request as the reference computes it (torch kl_div(initial,
+    # current, log_target=True)), all rows at once (indexing per request would make the backward
+    # pass fill a [requests, vocab] zero tensor per request)
+    kls = (kl_logp.exp() * (kl_logp - ref)).sum(-1)
     total = 0.0
     for a, st in enumerate(active):
         mine = [i for i, o in enumerate(owner) if o == a][:-1]  # the last row is the KL prompt
@@ -431,19 +434,39 @@ def memit_update(K, R, cov, cov_weight: float):
     return torch.linalg.solve(A, K @ R.T).T
 
 
-def null_space_projector(cov, rel_threshold: float):
-    """Projector onto the eigenvectors of C with eigenvalue below rel_threshold * max eigenvalue."""
+@dataclass(frozen=True)
+class NullSpace:
+    """AlphaEdit's projector P onto the directions of the key second moment C with singular value
+    below an absolute threshold, its dimension, and the share of C's trace (the preserved keys'
+    variance, E|k|^2) that those directions still hold: trace(P C) / trace(C). dW P K0 stays
+    small only while that share is small."""
+
+    projector: Any
+    dim: int
+    variance_share: float
+    threshold: float
+
+    def describe(self) -> dict:
+        return {"null_dim": self.dim, "variance_share": self.variance_share,
+                "threshold": self.threshold}
+
+
+def null_space(cov, threshold: float) -> NullSpace:
+    """The reference construction (AlphaEdit `get_project`): SVD of C, keep the singular vectors
+    whose singular value is below `threshold` (absolute), P = U U^T. In float64."""
     import torch
 
-    evals, evecs = torch.linalg.eigh(cov.double())
-    keep = evals < rel_threshold * evals.max()
-    U = evecs[:, keep]
-    return U @ U.T, int(keep.sum())
+    U, S, _ = torch.linalg.svd(cov.double(), full_matrices=False)
+    keep = S < threshold
+    Uk = U[:, keep]
+    share = float(S[keep].sum() / S.sum()) if S.sum() > 0 else 0.0
+    return NullSpace(Uk @ Uk.T, int(keep.sum()), share, threshold)
 
 
 def alphaedit_update(K, R, P, l2: float):
-    """AlphaEdit: dW = R K^T P (K K^T P + l2 I)^-1, i.e. an update whose rows lie in the null
-    space of the preserved keys (dW K0 ~ 0)."""
+    """AlphaEdit: dW = R K^T P (K K^T P + l2 I)^-1 (the reference solves the transposed system
+    (P K K^T + l2 I) X = P K R^T, dW = X^T). X lies in the range of P, so dW k0 = X^T P k0 ~ 0 for
+    preserved keys k0. In float64."""
     import torch
 
     K, R, P = K.double(), R.double(), P.double()

@@ -3,7 +3,8 @@
 The key is the subject's last-token input to the down-projection averaged over model-generated
 context prefixes, and that same averaged key is used in the update (R-ROME: using the unaveraged
 prompt key there makes the update unstable). The value is optimized with the target NLL, a KL term
-on "<subject> is a" and weight decay. `covariance="identity"` is allowed, with a warning.
+on "<subject> is a" (at the subject's last token, KL(current || initial), as the reference) and
+weight decay. `covariance="identity"` is allowed, with a warning.
 """
 from __future__ import annotations
 

@@ -93,12 +93,31 @@ def target_logprobs(logits: Any, spans: list[tuple[int, int]], batch: PairBatch)
 
 
 def target_nll(model: Any, tokenizer: Any, prompts: Sequence[str], targets: Sequence[str]):
-    """Mean per-token NLL of targets given prompts (differentiable; used by fine-tuning methods)."""
+    """Teacher-forced NLL of each target given its prompt, averaged over the target's tokens and
+    then over requests (differentiable). EasyEdit's FT objective `target_new` (FT-M); LoRA."""
     import torch
 
     batch = encode_pairs(tokenizer, prompts, targets, next(model.parameters()).device)
     logits, spans, _ = target_logits(model, batch)
-    return -torch.cat(target_logprobs(logits, spans, batch)).mean()
+    return -torch.stack([lp.mean() for lp in target_logprobs(logits, spans, batch)]).mean()
+
+
+def prompt_last_nll(model: Any, tokenizer: Any, prompts: Sequence[str], targets: Sequence[str]):
+    """ROME's FT-L objective (EasyEdit `prompt_last`): every target token is predicted from the
+    last prompt position alone, -mean_j log p(t_j | prompt), averaged over requests. Later target
+    tokens never see the earlier ones (differentiable)."""
+    import torch
+
+    dev = next(model.parameters()).device
+    batch = encode_pairs(tokenizer, prompts, [""] * len(prompts), dev)
+    last = [(i, p) for i, p in enumerate(batch.prompt_last)]
+    _, _, logits = target_logits(model, batch, last)
+    logp = torch.log_softmax(logits.float(), -1)
+    losses = []
+    for i, t in enumerate(targets):
+        ids = tokenizer(" " + t, add_special_tokens=False).input_ids
+        losses.append(-logp[i, torch.tensor(ids, device=dev, dtype=torch.long)].mean())
+    return torch.stack(losses).mean()
 
 
 class LMScorer(TargetScorer):

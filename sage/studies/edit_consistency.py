@@ -175,8 +175,8 @@ class _Study:
         return store
 
     def run_method(self, method: str, open_qs) -> RecordStore:
-        from sage.editing.base import EditContext, make_editor
-        from sage.editing.runner import editing_pool, evaluate, method_settings
+        from sage.editing.base import make_editor
+        from sage.editing.runner import editing_context, evaluate, method_settings
         from tqdm.auto import tqdm
 
         name, _, mode = method.partition(":")
@@ -194,9 +194,8 @@ class _Study:
         for group in tqdm(groups, desc=f"{method} edits", unit="edit", leave=False):
             fw = group[0].framework
             if fw not in editors:  # one editor per retrieval / training pool
-                pool = editing_pool(cfg.data, fw, cfg.subset, mode == "batch")
-                editors[fw] = make_editor(name, overrides,
-                                          EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
+                editors[fw] = make_editor(name, overrides, editing_context(
+                    cfg.data, fw, cfg.subset, mode == "batch", cfg.device, cfg.corpus))
             editor = editors[fw]
             if mode == "batch" and not editor.supports_batch:
                 raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
