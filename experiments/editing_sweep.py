@@ -24,6 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 COLS = ("reliability", "action_paraphrase", "relation_paraphrase", "neighbourhood_score",
         "neighbourhood_dlogp", "neighbourhood_success", "neighbourhood_new_rise", "locality")
+# the unedited model's value of a column where it has one (the others are 0 or 1 before editing)
+PRE = {"reliability": "pre_reliability", "action_paraphrase": "pre_action_paraphrase",
+       "relation_paraphrase": "pre_relation_paraphrase", "neighbourhood_success": "pre_neighbourhood_success"}
 
 
 def main(argv=None) -> int:
@@ -43,7 +46,7 @@ def main(argv=None) -> int:
 
     from sage.editing.base import make_editor
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
-    from sage.editing.metrics import aggregate, entry_metrics, observe
+    from sage.editing.entry_measures import aggregate, entry_metrics, observe
     from sage.editing.runner import editing_context
     from sage.editing.scorer import LMScorer
     from sage.errors import SageInputError
@@ -82,13 +85,17 @@ def main(argv=None) -> int:
         agg = aggregate(ordered, COLS)
         rows.append({"label": label, "overrides": overrides, "median_s": statistics.median(secs), **agg,
                      "diagnostics": diagnostics,
-                     "entries": [{"uid": r.uid, **{c: m[c] for c in COLS}} for r, m in zip(reqs, ordered)]})
+                     "entries": [{"uid": r.uid, **{c: m[c] for c in (*COLS, *PRE.values())}}
+                                 for r, m in zip(reqs, ordered)]})
         logging.info("%s: %s", label, {c: round(agg[c]["mean"], 4) for c in COLS})
     mode = "one edit per framework" if args.batch else "one edit at a time"
     lines = [f"# {args.method}: {', '.join(variants)} ({args.model})", "",
              f"{len(reqs)} {args.subset} entries ({args.limit} per framework, {mode}), key statistics "
              f"from {args.corpus or 'the default corpus'}, seed {args.seed}. Mean over entries.", "",
              "| Variant | " + " | ".join(COLS) + " | median s/edit |", "|---|" + "---:|" * (len(COLS) + 1)]
+    pre = aggregate([{c: e[p] for c, p in PRE.items()} for e in rows[0]["entries"]], tuple(PRE))
+    lines.append("| before editing | " + " | ".join(f"{pre[c]['mean']:.3f}" if c in pre else "–"
+                                                   for c in COLS) + " | |")
     for row in rows:
         cells = [f"{row[c]['mean']:.4f}" if c == "neighbourhood_score" else f"{row[c]['mean']:.3f}" for c in COLS]
         lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {row['median_s']:.2f} |")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sage.editing import compute
+from sage.editing import solvers
 from sage.editing.base import make_editor
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import state_hashes
@@ -102,8 +102,8 @@ def test_null_space_threshold_is_absolute_and_its_share_is_reported():
     evals = torch.tensor([10.0, 1.0, 0.1, 0.01, 0.001], dtype=torch.float64)
     Q, _ = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64))
     C = Q @ torch.diag(evals) @ Q.T
-    ns = compute.null_space(C, 0.05)
+    ns = solvers.null_space(C, 0.05)
     assert ns.dim == 2
     assert ns.variance_share == pytest.approx(0.011 / evals.sum().item())
     torch.testing.assert_close(ns.projector, Q[:, 3:] @ Q[:, 3:].T)
-    assert compute.null_space(C * 100, 0.05).dim == 0  # absolute: scaling C moves the cut
+    assert solvers.null_space(C * 100, 0.05).dim == 0  # absolute: scaling C moves the cut

@@ -138,7 +138,7 @@ def test_profiles_follow_config_architectures():
 
 
 def test_aggregate_mean_std():
-    from sage.editing.metrics import aggregate
+    from sage.editing.entry_measures import aggregate
 
     agg = aggregate([{"reliability": 1.0}, {"reliability": 0.0}])
     assert agg["reliability"] == {"mean": 0.5, "std": 0.5, "n": 2}

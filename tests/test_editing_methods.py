@@ -10,7 +10,7 @@ import pytest
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
 from sage.editing.handles import state_hashes
-from sage.editing.metrics import observe
+from sage.editing.entry_measures import observe
 from sage.editing.runner import evaluate
 from sage.editing.scorer import LMScorer
 
@@ -22,9 +22,12 @@ FAST = {
     "ft-m": {"steps": 10, "lr": 2e-2, "norm_constraint": 2e-2},
     "ft-l": {"steps": 10, "lr": 2e-2, "norm_constraint": 2e-2, "layer": 4},
     "lora": {"steps": 10, "lr": 2e-2, "layers": [3, 4]},
-    "rome": {"v_steps": 12, "n_context": 2, "clamp_norm_factor": 10.0},
-    "memit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0},
-    "alphaedit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0},
+    # key statistics from 10x the key dimension (the minimum) keep the first run short
+    "rome": {"v_steps": 12, "n_context": 2, "clamp_norm_factor": 10.0, "stats_tokens": 15360},
+    "memit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0,
+              "stats_tokens": 15360},
+    "alphaedit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0,
+                  "stats_tokens": 15360},
     "ike": {"k": 3},
     "serac": {"cls_epochs": 1, "cls_max_pairs": 300, "cf_steps": 10, "cf_layers": 2},
     "serac-icl": {},
@@ -67,7 +70,9 @@ def test_edit_takes_and_restores_bit_for_bit(method, bundled_lm, pool, held_out,
     assert state_hashes(bundled_lm.model) == before
     # the edit takes: the new target becomes clearly more likely and better predicted
     assert row["post_p_new"] > 20 * row["pre_p_new"]
-    assert row["reliability"] >= row["pre_reliability"] + 0.19  # e.g. 2 -> 3 of 5 tokens
+    if method != "ft-l":  # FT-L predicts the target from the last prompt position only, so
+        # teacher-forced accuracy of later target tokens is not what it trains
+        assert row["reliability"] >= row["pre_reliability"] + 0.19  # e.g. 2 -> 3 of 5 tokens
     assert 0.0 <= row["locality"] <= 1.0 and row["neighbourhood_score"] >= 0.0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sage.editing import compute
+from sage.editing import solvers
 from sage.editing.base import EDITORS, check
 from sage.editing.memit import MemitEditor, MemitHParams
 from sage.errors import SageInputError
@@ -45,7 +45,7 @@ class AlphaEditEditor(MemitEditor):
 
     def __init__(self, hparams=None, context=None):
         super().__init__(hparams, context)
-        self._null: dict[int, compute.NullSpace] = {}
+        self._null: dict[int, solvers.NullSpace] = {}
 
     def diagnostics(self) -> dict:
         return {"null_space": {str(layer): ns.describe() for layer, ns in sorted(self._null.items())}}
@@ -54,11 +54,11 @@ class AlphaEditEditor(MemitEditor):
         if cov is None:
             raise SageInputError("AlphaEdit refuses an identity covariance; use covariance='corpus'")
         if layer not in self._null:
-            ns = compute.null_space(cov, self.hparams.nullspace_threshold)
+            ns = solvers.null_space(cov, self.hparams.nullspace_threshold)
             if ns.dim == 0:
                 raise SageInputError(f"AlphaEdit: the key statistics of layer {layer} have no "
                                      "singular value below the threshold; raise nullspace_threshold")
             log.info("AlphaEdit layer %d: null space of dimension %d holding %.2e of the keys' "
                      "variance", layer, ns.dim, ns.variance_share)
             self._null[layer] = ns
-        return compute.alphaedit_update(K, R, self._null[layer].projector.to(K.device), self.hparams.l2)
+        return solvers.alphaedit_update(K, R, self._null[layer].projector.to(K.device), self.hparams.l2)

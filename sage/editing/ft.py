@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check, resolve_layer
-from sage.editing.handles import WeightEditHandle, WeightSnapshot
-from sage.editing.profiles import profile_for
+from sage.editing.base import EDITORS, EditorBase, HParams, check
+from sage.editing.handles import WeightEditHandle
 from sage.editing.scorer import LMScorer, prompt_last_nll, target_nll
 
 
@@ -60,15 +59,12 @@ class _FineTune(EditorBase):
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile = profile_for(model)
-        layer = resolve_layer(hp.layer, profile.n_layers(model))
-        pname = f"{profile.mlp_out.format(layer)}.weight"
-        snapshot = WeightSnapshot(model, [pname])
-        weight = dict(model.named_parameters())[pname]
+        profile, [layer] = self.locate(model, [hp.layer])
+        weight = profile.mlp_module(model, layer).weight
         original = weight.detach().clone()
         torch.manual_seed(hp.seed)
         losses = []
-        try:
+        with self.undo_on_error(self.mlp_snapshot(model, profile, [layer])) as snapshot:
             for p in model.parameters():
                 p.requires_grad_(False)
             weight.requires_grad_(True)
@@ -92,9 +88,6 @@ class _FineTune(EditorBase):
                 if losses[-1] < 1e-2:
                     break
             weight.requires_grad_(False)
-        except BaseException:
-            snapshot.restore()
-            raise
         return WeightEditHandle(snapshot, LMScorer(model, tok),
                                 {"layer": layer, "passes": len(losses), "final_loss": losses[-1]})
 

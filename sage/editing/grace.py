@@ -25,9 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check, resolve_layer
+from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WrapperHandle
-from sage.editing.profiles import profile_for
 from sage.editing.scorer import LMScorer, encode_pairs, target_logits, target_logprobs
 
 KEY_TOKENS = ("prompt_last", "subject_last")
@@ -65,6 +64,8 @@ class GraceAdapter:
 
     def remove(self) -> None:
         self._handle.remove()
+
+    restore = remove  # undoes the edit: the weights were never written
 
     def _lookup(self, x) -> list[tuple[int, int] | None]:
         """Per row: (codebook entry, key position) of a hit, or None (defer)."""
@@ -145,13 +146,11 @@ class GraceEditor(EditorBase):
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile = profile_for(model)
-        layer = resolve_layer(hp.layer, profile.n_layers(model))
+        profile, [layer] = self.locate(model, [hp.layer])
         module = profile.mlp_module(model, layer)
-        adapter = GraceAdapter(module, scan=hp.key == "subject_last")
         dev = next(model.parameters()).device
         info = []
-        try:
+        with self.undo_on_error(GraceAdapter(module, scan=hp.key == "subject_last")) as adapter:
             for req in requests:
                 batch = encode_pairs(tok, [req.prompt], [req.target_new], dev)
                 first = int(batch.attention_mask[0].argmax())
@@ -191,8 +190,5 @@ class GraceEditor(EditorBase):
                 adapter.values.append(value.detach())
                 adapter.eps.append(hp.eps)
                 info.append({"uid": req.uid, "key_norm": float(seen["k"].norm())})
-        except BaseException:
-            adapter.remove()
-            raise
         return WrapperHandle(GraceScorer(model, tok, adapter), adapter.remove,
                              {"layer": layer, "codebook": len(adapter.keys), "edits": info})

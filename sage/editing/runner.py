@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from sage.data.records import RecordStore
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
-from sage.editing.metrics import aggregate, entry_metrics, observe
+from sage.editing.entry_measures import aggregate, entry_metrics, observe
 from sage.editing.scorer import LMScorer
 from sage.provenance import check_resume_settings, git_revision, package_versions
 
@@ -97,7 +97,9 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
 def method_settings(method: str, seed: int, overrides: dict[str, Any], corpus: str | None) -> dict:
     """An editing method's part of what results depend on: its resolved hyperparameters."""
     hparams = make_editor(method, {"seed": seed, **overrides}).hparams.to_dict()
-    return {"method": method, "seed": seed, "hparams": hparams, "corpus": corpus or "self-generated"}
+    from sage.editing.key_statistics import corpus_name
+
+    return {"method": method, "seed": seed, "hparams": hparams, "corpus": corpus_name(corpus)}
 
 
 def run_settings(cfg: RunConfig) -> dict:

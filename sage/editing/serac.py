@@ -323,7 +323,7 @@ class SeracEditor(EditorBase):
         return self._diagnostics
 
     def _cache_dir(self, lm: Any, held_out: Sequence[EditRequest]):
-        from sage.editing.stats import model_key
+        from sage.editing.key_statistics import model_key
         from sage.models.resolve import bundled_embedder_path
         from sage.settings import cache_dir
 

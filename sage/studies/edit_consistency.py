@@ -291,7 +291,7 @@ def _markdown(changes: pd.DataFrame, edit: dict, cfg: StudyConfig, n_entries: in
 
 
 def run_study(cfg: StudyConfig, lm=None) -> dict:
-    from sage.editing.metrics import aggregate
+    from sage.editing.entry_measures import aggregate
 
     study = _Study(cfg, lm)
     out = study.out

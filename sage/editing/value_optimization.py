@@ -1,128 +1,24 @@
-"""Numerics shared by the locate-then-edit methods (ROME, MEMIT, AlphaEdit), written once.
+"""ROME's value objective, shared by ROME, MEMIT and AlphaEdit: per request, a vector added to the
+down-projection output at the subject's last token that makes `target_new` likely after every
+context + prompt, with a KL term at the subject's last token of "<subject> is a" and weight
+decay, the vector's norm clamped (`optimize_deltas`).
 
-- `context_templates`: model-generated prefixes the key is averaged over;
-- `subject_activations` / `subject_keys`: inputs or outputs of modules at the subject's last
-  token, averaged over the context prefixes (the template-averaged key that R-ROME uses in the
-  update), several taps per forward pass, each pass stopped after the last tap;
-- `optimize_deltas`: the value-side optimization (target NLL + KL at the subject's last token of
-  "<subject> is a" + weight decay, norm clamp) of a vector added to the down-projection output at the subject's last token,
-  many requests per forward/backward pass, each step running only the tokens from the subject's
-  last token on (the prefix's attention cache is computed once);
-- solvers: rank-one (ROME), least squares over several keys (MEMIT), null-space projected (AlphaEdit).
+Many requests share each forward/backward pass, and each step runs only the tokens from the
+subject's last token on: the prefix's attention cache is computed once (sage/editing/TUNING.md).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sage.editing.capture import hooked
 from sage.editing.dataset import EditRequest
 from sage.editing.profiles import ModelProfile
 from sage.editing.scorer import target_logits, target_logprobs
 
 log = logging.getLogger(__name__)
-_TEMPLATE_CACHE: dict[tuple, list[str]] = {}
-_PREFIX_STARTS = ("The", "Therefore", "Because", "I", "You", "It is", "However", "In the end",
-                  "When", "We")
-
-
-@contextlib.contextmanager
-def hooked(module: Any, *, pre=None, post=None):
-    handles = []
-    if pre is not None:
-        handles.append(module.register_forward_pre_hook(pre))
-    if post is not None:
-        handles.append(module.register_forward_hook(post))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def context_templates(model: Any, tokenizer: Any, n: int, length: int, seed: int = 0) -> list[str]:
-    """`["", gen_1 + ". ", ...]`: prefixes sampled from the model itself (cached per process)."""
-    import torch
-
-    key = (id(model), n, length, seed)
-    if key in _TEMPLATE_CACHE:
-        return _TEMPLATE_CACHE[key]
-    out = [""]
-    if n > 0:
-        starts = [_PREFIX_STARTS[i % len(_PREFIX_STARTS)] for i in range(n)]
-        enc = tokenizer(starts, return_tensors="pt", padding=True).to(next(model.parameters()).device)
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            gen = model.generate(**enc, do_sample=True, top_k=5, max_new_tokens=length,
-                                 pad_token_id=tokenizer.pad_token_id)
-        texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
-        out += [t.replace("{", " ").replace("}", " ").strip() + ". " for t in texts]
-    _TEMPLATE_CACHE[key] = out
-    return out
-
-
-class _Stop(Exception):
-    """Raised by a capture hook once the needed activation is in hand: later layers never run."""
-
-
-def _subject_rows(contexts: Sequence[str], requests: Sequence[EditRequest]) -> list[str]:
-    """Texts ending at each subject's last token: len(contexts) rows per request, request-major."""
-    return [ctx + r.subject for r in requests for ctx in contexts]
-
-
-def _last_token_activations(model, tokenizer, taps: Sequence[tuple[Any, bool]],
-                            texts: Sequence[str], rows_per_batch: int = 64) -> list:
-    """For each tap (module, output?): the module's input (or output) at each text's last token,
-    [len(texts), dim]. Texts go in batches; each forward pass stops once every tap has fired."""
-    import torch
-
-    captured: list[list] = [[] for _ in taps]
-    fired = [0]
-
-    def grab(i, x):
-        captured[i].append(x.detach()[:, -1, :].float())
-        fired[0] += 1
-        if fired[0] == len(taps):
-            raise _Stop
-
-    def pre(i):
-        return lambda _m, args: grab(i, args[0])
-
-    def post(i):
-        return lambda _m, _args, out: grab(i, out[0] if isinstance(out, tuple) else out)
-
-    dev = next(model.parameters()).device
-    with contextlib.ExitStack() as stack:
-        for i, (module, output) in enumerate(taps):
-            stack.enter_context(hooked(module, **({"post": post(i)} if output else {"pre": pre(i)})))
-        for s in range(0, len(texts), rows_per_batch):
-            enc = tokenizer(list(texts[s:s + rows_per_batch]), return_tensors="pt", padding=True)
-            mask = enc.attention_mask.to(dev)  # left padding: the last token is at -1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            fired[0] = 0
-            with torch.no_grad():
-                try:
-                    model(input_ids=enc.input_ids.to(dev), attention_mask=mask, position_ids=pos)
-                except _Stop:
-                    pass
-    return [torch.cat(c) for c in captured]
-
-
-def subject_activations(model, tokenizer, requests: Sequence[EditRequest], contexts: Sequence[str],
-                        taps: Sequence[tuple[Any, bool]]) -> list:
-    """Per tap (module, output?), its input (or output) at the subject's last token averaged over
-    the contexts, one row per request: [N, dim]. All taps come from the same forward passes."""
-    acts = _last_token_activations(model, tokenizer, taps, _subject_rows(contexts, requests))
-    return [a.reshape(len(requests), len(contexts), -1).mean(1) for a in acts]
-
-
-def subject_keys(model, tokenizer, profile: ModelProfile, layer: int,
-                 requests: Sequence[EditRequest], contexts: Sequence[str]):
-    """Template-averaged keys (down-projection inputs), one row per request: [N, key_dim]."""
-    return subject_activations(model, tokenizer, requests, contexts,
-                               [(profile.mlp_module(model, layer), False)])[0]
 
 
 @dataclass(frozen=True)
@@ -410,65 +306,3 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
             max_norm = cfg.clamp_norm_factor * st.v0_norm
             if st.delta.norm() > max_norm:
                 st.delta.mul_(max_norm / st.delta.norm())
-
-
-# --------------------------------------------------------------------------- solvers
-def rank_one_update(W, k, delta_v, cov=None):
-    """ROME: dW = delta_v (C^-1 k)^T / (k^T C^-1 k), so (W + dW) k = W k + delta_v.
-
-    `W` is [value_dim, key_dim]; `k` the template-averaged key (R-ROME); `cov` None = identity."""
-    import torch
-
-    k = k.double()
-    left = k if cov is None else torch.linalg.solve(cov.double(), k)
-    left = left / (k @ left)
-    return torch.outer(delta_v.double(), left)
-
-
-def memit_update(K, R, cov, cov_weight: float):
-    """MEMIT: dW = R K^T (lambda C + K K^T)^-1 with K [key_dim, N] and R [value_dim, N]."""
-    import torch
-
-    K, R = K.double(), R.double()
-    A = cov_weight * cov.double() + K @ K.T
-    return torch.linalg.solve(A, K @ R.T).T
-
-
-@dataclass(frozen=True)
-class NullSpace:
-    """AlphaEdit's projector P onto the directions of the key second moment C with singular value
-    below an absolute threshold, its dimension, and the share of C's trace (the preserved keys'
-    variance, E|k|^2) that those directions still hold: trace(P C) / trace(C). dW P K0 stays
-    small only while that share is small."""
-
-    projector: Any
-    dim: int
-    variance_share: float
-    threshold: float
-
-    def describe(self) -> dict:
-        return {"null_dim": self.dim, "variance_share": self.variance_share,
-                "threshold": self.threshold}
-
-
-def null_space(cov, threshold: float) -> NullSpace:
-    """The reference construction (AlphaEdit `get_project`): SVD of C, keep the singular vectors
-    whose singular value is below `threshold` (absolute), P = U U^T. In float64."""
-    import torch
-
-    U, S, _ = torch.linalg.svd(cov.double(), full_matrices=False)
-    keep = S < threshold
-    Uk = U[:, keep]
-    share = float(S[keep].sum() / S.sum()) if S.sum() > 0 else 0.0
-    return NullSpace(Uk @ Uk.T, int(keep.sum()), share, threshold)
-
-
-def alphaedit_update(K, R, P, l2: float):
-    """AlphaEdit: dW = R K^T P (K K^T P + l2 I)^-1 (the reference solves the transposed system
-    (P K K^T + l2 I) X = P K R^T, dW = X^T). X lies in the range of P, so dW k0 = X^T P k0 ~ 0 for
-    preserved keys k0. In float64."""
-    import torch
-
-    K, R, P = K.double(), R.double(), P.double()
-    eye = torch.eye(P.shape[0], dtype=P.dtype, device=P.device)
-    return torch.linalg.solve(P @ (K @ K.T) + l2 * eye, P @ K @ R.T).T
