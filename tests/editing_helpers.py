@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from sage.editing import value_optimization as vo
-from sage.editing.scorer import target_logits, target_logprobs
+from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
 
 
 def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, contexts, tol=1e-4):
@@ -20,7 +20,7 @@ def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, co
     pad, dev = tok.pad_token_id or 0, torch.device("cpu")
     parts = [p for chunk in chunks for p in vo._split_rows(model, tok, chunk, contexts, pad, dev)]
     batch, kv, owner = vo._pack(parts, pad, dev)
-    cache = vo._new_cache() if kv else None
+    cache = new_cache() if kv else None
     for n, (k, v) in enumerate(kv):
         cache.update(k, v, n)
 
@@ -33,7 +33,7 @@ def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, co
     hook = module.register_forward_hook(add_at_suffix_start)
     try:
         with torch.no_grad():
-            logits, spans, last_logits = target_logits(model, batch, last, **vo._cache_kwargs(model, cache))
+            logits, spans, last_logits = target_logits(model, batch, last, **cache_kwargs(model, cache))
     finally:
         hook.remove()
     got = target_logprobs(logits, spans, batch)

@@ -105,3 +105,24 @@ def test_serac_icl_batch_of_a_whole_framework_trains_on_the_others(bundled_lm, c
     handle.restore()
     single = editing_pool(countermoral_dir, "deontology", "broad", batch=False)
     assert {r.framework for r in single} == {"deontology"}
+
+
+def test_shared_prefix_scoring_equals_full_rows(bundled_lm, countermoral_dir):
+    """IKE's queries share their demonstrations: scored once over a cached prefix, they equal
+    full rows (and a batch without a shared prefix is scored as before)."""
+    pool = load_countermoral(countermoral_dir, "virtue_ethics", "broad")[:6]
+    req = pool[0]
+    handle = make_editor("ike", {"k": 3}, EditContext(pool=pool)).apply(bundled_lm, [req])
+    wrapper = handle.scoring_model()
+    prompts = wrapper.rewrite([req.prompt, *req.action_paraphrases, *req.neighbourhood])
+    targets = [req.target_new] * 11 + [req.target_true] * 10
+    shared = LMScorer(bundled_lm.model, bundled_lm.tokenizer)
+    full = LMScorer(bundled_lm.model, bundled_lm.tokenizer)
+    full.share_prefix = False
+    a, b = shared.score(prompts, targets), full.score(prompts, targets)
+    for x, y in zip(a, b):
+        assert x.logprob == pytest.approx(y.logprob, abs=2e-4)
+        assert x.argmax == y.argmax and x.token_acc == y.token_acc
+    plain = [req.prompt, *req.neighbourhood]
+    for x, y in zip(shared.score(plain, [req.target_new] * 11), full.score(plain, [req.target_new] * 11)):
+        assert x == y

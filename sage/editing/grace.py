@@ -118,12 +118,13 @@ class GraceScorer(LMScorer):
     # The codebook is keyed to teacher-forced prompt boundaries; free generation through it (which
     # would have to carry a hit across cached decoding steps) is not implemented.
     can_generate = False
+    share_prefix = False  # the adapter scans and replaces positions of whole rows
 
     def __init__(self, model, tokenizer, adapter: GraceAdapter):
         super().__init__(model, tokenizer)
         self.adapter = adapter
 
-    def _logits(self, batch):
+    def _logits(self, batch, **_cache):
         self.adapter.prompt_first = batch.attention_mask.argmax(-1).tolist()  # left padding
         self.adapter.prompt_last = batch.prompt_last
         try:

@@ -8,7 +8,6 @@ subject's last token on: the prefix's attention cache is computed once (sage/edi
 """
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 from sage.editing.capture import hooked
 from sage.editing.dataset import EditRequest
 from sage.editing.profiles import ModelProfile
-from sage.editing.scorer import target_logits, target_logprobs
+from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +88,11 @@ def _split_rows(model, tokenizer, requests: Sequence[EditRequest], contexts: Seq
         mask[i, width - len(x):] = 1
     kv = []
     if width:
-        cache = _new_cache()
+        cache = new_cache()
         with torch.no_grad():
             model.base_model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
                              position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(dev),
-                             use_cache=True, **_cache_kwargs(model, cache))
+                             use_cache=True, **cache_kwargs(model, cache))
         kv = [(layer.keys, layer.values) for layer in cache.layers]
     out, at = [], 0
     for split in per_req:
@@ -151,28 +150,6 @@ def _suffix_length(tokenizer, req: EditRequest) -> int:
     """Tokens from the subject's last token through the target (the rows' suffix length)."""
     full = len(tokenizer(f"{req.prompt} {req.target_new}").input_ids)
     return full - len(tokenizer(req.subject).input_ids) + 1
-
-
-def _new_cache():
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def _cache_kwargs(model, cache) -> dict:
-    """The attention-cache argument of the model's forward (`cache` in newer transformers,
-    `past_key_values` before)."""
-    if cache is None:
-        return {}
-    return {_cache_arg_name(type(model.base_model)): cache}
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_arg_name(base_model_cls) -> str:
-    import inspect
-
-    params = inspect.signature(base_model_cls.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def optimize_delta(model, tokenizer, profile: ModelProfile, layer: int, req: EditRequest,
@@ -253,7 +230,7 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
     batch, kv, owner = packed
     cache = None
     if kv:  # a fresh cache each step: the forward pass appends the suffix to it
-        cache = _new_cache()
+        cache = new_cache()
         for n, (k, v) in enumerate(kv):
             cache.update(k, v, n)
     kl_rows = [i for i in range(len(owner)) if i + 1 == len(owner) or owner[i + 1] != owner[i]]
@@ -271,7 +248,7 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
         st.opt.zero_grad()
     with hooked(module, post=post):
         logits, spans, kl_logits = target_logits(
-            model, batch, [(r, batch.prompt_last[r]) for r in kl_rows], **_cache_kwargs(model, cache))
+            model, batch, [(r, batch.prompt_last[r]) for r in kl_rows], **cache_kwargs(model, cache))
     lps = target_logprobs(logits, spans, batch)
     kl_logp = torch.log_softmax(kl_logits, -1)
     for a, st in enumerate(active):
