@@ -55,9 +55,10 @@ class PeakRSS:
 
 
 def main(argv=None) -> int:
-    from sage.editing.base import EDITORS, EditContext, make_editor
+    from sage.editing.base import EDITORS, make_editor
     from sage.editing.dataset import default_data_dir, load_countermoral
-    from sage.editing.metrics import entry_metrics, observe
+    from sage.editing.entry_measures import entry_metrics, observe
+    from sage.editing.runner import editing_context
     from sage.editing.scorer import LMScorer
     from sage.models.causal_lm import load_causal_lm
 
@@ -82,7 +83,8 @@ def main(argv=None) -> int:
     broad = load_countermoral(data, "deontology", "broad")
     results = {"model": args.model, "threads": torch.get_num_threads(), "methods": {}}
     for name in args.methods or EDITORS.names():
-        editor = make_editor(name, {}, EditContext(pool=broad, corpus=args.corpus))
+        context = editing_context(data, "deontology", "broad", False, corpus=args.corpus)
+        editor = make_editor(name, {}, context)
         editor.apply(lm, [broad[-1]]).restore()  # warm-up: statistics, templates, embedder
         times, peaks = [], []
         for req in broad[: args.repeats]:
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
             base = LMScorer(lm.model, lm.tokenizer)
             pres = [observe(base, r) for r in reqs]
             for variant, overrides in json.loads(args.batch_variants).items():
-                batch_editor = make_editor(name, overrides, EditContext(pool=broad, corpus=args.corpus))
+                batch_editor = make_editor(name, overrides, context)
                 seconds, peaks = [], []
                 for _ in range(args.batch_repeats):  # the edit is deterministic: same metrics each time
                     with PeakRSS() as mem:

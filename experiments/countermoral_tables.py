@@ -1,8 +1,9 @@
-"""CounterMoral tables for every editing method on the bundled model (paper Tables 1 and 4).
+"""CounterMoral tables for every editing method on the bundled model (paper Tables 1, 2 and 4).
 
-Runs each method over the broad subset (30 entries per framework, one edit at a time), then the
-batch methods with all 120 entries in one edit (paper appendix D), and writes `tables.md` with the
-published GPT2-XL numbers side by side. Each method's `summary.json` records its hyperparameters,
+Runs each method over a subset (`--subset specific`: 300 entries per framework, the paper's
+Table 1; `broad`: 30, its Table 2) one edit at a time, then the batch methods with all of a
+framework's entries in one edit (its Table 4), and writes `tables.md` with the published GPT2-XL
+numbers side by side. Each method's `summary.json` records its hyperparameters,
 seed, library versions and git hash; `entries.jsonl` has one line per entry (reruns resume).
 
     python experiments/countermoral_tables.py [--model NAME] [--methods rome,lora] [--batch-methods memit]
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ALL = ("ft", "lora", "rome", "memit", "alphaedit", "ike", "serac", "grace")
+ALL = ("ft-l", "ft-m", "lora", "rome", "memit", "alphaedit", "ike", "serac", "serac-icl", "grace")
 BATCH = ("memit", "alphaedit", "serac")
 
 
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from sage.editing.dataset import FRAMEWORKS, default_data_dir
-    from sage.editing.report import write_tables
+    from sage.editing.tables import write_tables
     from sage.editing.runner import RunConfig, run
     from sage.errors import SageInputError
     from sage.models.causal_lm import load_causal_lm

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
 
     from sage.editing.base import EditContext, make_editor
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
-    from sage.editing.metrics import aggregate, entry_metrics, observe
+    from sage.editing.entry_measures import aggregate, entry_metrics, observe
     from sage.editing.rome import RomeHParams
     from sage.editing.scorer import LMScorer
     from sage.errors import SageInputError

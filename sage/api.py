@@ -9,6 +9,7 @@ one registry entry. Nothing here imports heavy libraries.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -170,14 +171,21 @@ class TargetScore:
 
     `token_acc`: share of target tokens that are the argmax given the prompt and the target prefix
     (EasyEdit's `rewrite_acc`); `exact`: every target token is the argmax, i.e. the greedy
-    continuation equals the target; `seq_prob`: probability of the whole target sequence;
-    `argmax`: the argmax token id at each target position.
+    continuation equals the target; `logprob`: log-probability of the whole target sequence
+    (`seq_prob` is its exponential); `argmax`: the argmax token id at each target position;
+    `routed`: whether an editing wrapper intervened on this query (a GRACE codebook hit, a SERAC
+    in-scope decision), None where the scoring model has no such decision.
     """
 
     token_acc: float
     exact: bool
-    seq_prob: float
+    logprob: float
     argmax: tuple[int, ...]
+    routed: bool | None = None
+
+    @property
+    def seq_prob(self) -> float:
+        return math.exp(self.logprob)
 
 
 class TargetScorer(ABC):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from sage.editing import compute
-from sage.editing.scorer import target_logits, target_logprobs
+from sage.editing import value_optimization as vo
+from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
 
 
 def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, contexts, tol=1e-4):
@@ -18,9 +18,9 @@ def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, co
     torch.manual_seed(1)
     vec = torch.randn(len(reqs), profile.weight_kv(model, layer).shape[0]) * 3
     pad, dev = tok.pad_token_id or 0, torch.device("cpu")
-    parts = [p for chunk in chunks for p in compute._split_rows(model, tok, chunk, contexts, pad, dev)]
-    batch, kv, owner = compute._pack(parts, pad, dev)
-    cache = compute._new_cache() if kv else None
+    parts = [p for chunk in chunks for p in vo._split_rows(model, tok, chunk, contexts, pad, dev)]
+    batch, kv, owner = vo._pack(parts, pad, dev)
+    cache = new_cache() if kv else None
     for n, (k, v) in enumerate(kv):
         cache.update(k, v, n)
 
@@ -33,12 +33,12 @@ def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, co
     hook = module.register_forward_hook(add_at_suffix_start)
     try:
         with torch.no_grad():
-            logits, spans, last_logits = target_logits(model, batch, last, **compute._cache_kwargs(model, cache))
+            logits, spans, last_logits = target_logits(model, batch, last, **cache_kwargs(model, cache))
     finally:
         hook.remove()
     got = target_logprobs(logits, spans, batch)
     rows = [(j, ctx + r.prompt, ctx + r.subject, r.target_new) for j, r in enumerate(reqs) for ctx in contexts]
-    rows += [(j, f"{r.subject} is a", r.subject, "") for j, r in enumerate(reqs)]
+    rows += [(j, r.subject, r.subject, "") for j, r in enumerate(reqs)]  # the KL row
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][3] == ""))  # request-major
     assert [rows[i][0] for i in order] == owner
     n_targets = 0

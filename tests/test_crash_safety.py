@@ -21,7 +21,7 @@ FT = {"steps": 3, "lr": 2e-2, "norm_constraint": 2e-2}
 
 
 def _edit_cmd(countermoral_dir, out, hp, limit):
-    return [sys.executable, "-m", "sage", "-q", "edit", "--method", "ft", "--framework", "deontology",
+    return [sys.executable, "-m", "sage", "-q", "edit", "--method", "ft-m", "--framework", "deontology",
             "--limit", str(limit), "--data", str(countermoral_dir), "--out", str(out), "--hparams", str(hp)]
 
 
@@ -35,7 +35,7 @@ def test_torn_last_entry_is_redone_once_and_the_others_kept(countermoral_dir, tm
     out = tmp_path / "out"
     cmd = _edit_cmd(countermoral_dir, out, hp, 3)
     subprocess.run(cmd, env=ENV, check=True, capture_output=True)
-    path = out / "ft" / "broad" / "entries.jsonl"
+    path = out / "ft-m" / "broad" / "entries.jsonl"
     lines = path.read_text().splitlines()
     assert len(lines) == 3
     path.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])  # killed mid-record
@@ -55,7 +55,7 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     hp.write_text(json.dumps(FT))
     out = tmp_path / "out"
     cmd = _edit_cmd(countermoral_dir, out, hp, 4)
-    path = out / "ft" / "broad" / "entries.jsonl"
+    path = out / "ft-m" / "broad" / "entries.jsonl"
     kill_when(cmd, ENV, lambda: [path], 1)  # killed while working on the second entry
     before = path.read_text().splitlines()
     assert 1 <= len(before) < 4
@@ -66,7 +66,7 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     uids = [r["uid"] for r in rows]
     assert sorted(uids) == sorted(f"DEONTOLOGY_{i}_broad" for i in range(1, 5)) and len(set(uids)) == 4
     assert path.read_text().splitlines()[: len(before)] == before  # finished entries kept as they were
-    summary = json.loads((out / "ft" / "broad" / "summary.json").read_text())
+    summary = json.loads((out / "ft-m" / "broad" / "summary.json").read_text())
     assert summary["n_entries"] == 4
 
 

@@ -16,21 +16,21 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     hp = tmp_path / "ft.json"
     hp.write_text(json.dumps({"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}))
     out = tmp_path / "out"
-    args = ["edit", "--method", "ft", "--framework", "deontology", "--subset", "broad", "--limit", "2",
+    args = ["edit", "--method", "ft-l", "--framework", "deontology", "--subset", "broad", "--limit", "2",
             "--data", str(countermoral_dir), "--out", str(out), "--hparams", str(hp)]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
-    lines = (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines()
+    lines = (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines()
     rows = [json.loads(x) for x in lines]
     assert [r["uid"] for r in rows] == ["DEONTOLOGY_1_broad", "DEONTOLOGY_2_broad"]
     assert all(0 <= r["reliability"] <= 1 and "neighbourhood_score" in r for r in rows)
-    summary = json.loads((out / "ft" / "broad" / "summary.json").read_text())
+    summary = json.loads((out / "ft-l" / "broad" / "summary.json").read_text())
     assert summary["hparams"]["steps"] == 5 and summary["seed"] == 0 and summary["git"]
     assert summary["versions"]["torch"] and summary["n_entries"] == 2
     rel = summary["frameworks"]["deontology"]["reliability"]
     assert rel["n"] == 2 and rel["mean"] == pytest.approx(sum(r["reliability"] for r in rows) / 2)
     tables = (out / "tables.md").read_text()
-    assert "Table 1: broad actions" in tables and "(GPT2-XL)" in tables
+    assert "Table 2: broad actions" in tables and "(GPT2-XL)" in tables
     # the published GPT2-XL FT reliability for deontology/broad appears next to ours
     pub = json.loads((countermoral_dir / "published-results-gpt2-xl" / "ft.json").read_text())
     ref = pub["results"]["DEONTOLOGY"]["broad-actions"]["edited"]["AGS"]["reliability"]["mean"]
@@ -38,17 +38,17 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
 
     again = CliRunner().invoke(cli, args)  # rerun: finished entries are skipped
     assert again.exit_code == 0, again.output
-    assert (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines() == lines
+    assert (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines() == lines
 
     hp.write_text(json.dumps({"steps": 6, "lr": 2e-2, "norm_constraint": 2e-2}))
     changed = CliRunner().invoke(cli, args)  # other settings into the same directory: refused
     assert changed.exit_code == 2 and "hparams.steps 5 -> 6" in changed.output
-    assert (out / "ft" / "broad" / "entries.jsonl").read_text().splitlines() == lines
+    assert (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines() == lines
     hp.write_text(json.dumps({"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}))
 
     batch = CliRunner().invoke(cli, args + ["--batch"])
     assert batch.exit_code == 0, batch.output
-    brows = [json.loads(x) for x in (out / "ft" / "broad-batch" / "entries.jsonl").read_text().splitlines()]
+    brows = [json.loads(x) for x in (out / "ft-l" / "broad-batch" / "entries.jsonl").read_text().splitlines()]
     assert len(brows) == 2 and all(r["batch_size"] == 2 for r in brows)
     assert "Table 4" in (out / "tables.md").read_text()
 

@@ -100,15 +100,15 @@ def test_hparams_are_validated():
     with pytest.raises(SageInputError, match="v_lr"):
         make_editor("rome", {"v_lr": -1.0})
     with pytest.raises(SageInputError, match="unknown hyperparameter"):
-        make_editor("ft", {"learning_rate": 1.0})
+        make_editor("ft-m", {"learning_rate": 1.0})
     with pytest.raises(SageInputError, match="rank"):
         make_editor("lora", {"rank": 0})
-    assert make_editor("ft", {"steps": 3}).hparams.steps == 3
+    assert make_editor("ft-m", {"steps": 3}).hparams.steps == 3
 
 
 def test_registry_lists_every_method_module():
     names = EDITORS.names()
-    assert {"ft", "lora", "rome", "ike"} <= set(names)
+    assert {"ft-l", "ft-m", "lora", "rome", "ike"} <= set(names)
     for name in names:
         cls = EDITORS.get(name)
         assert cls.name == name and cls.hparams_cls is not None
@@ -138,7 +138,7 @@ def test_profiles_follow_config_architectures():
 
 
 def test_aggregate_mean_std():
-    from sage.editing.metrics import aggregate
+    from sage.editing.entry_measures import aggregate
 
     agg = aggregate([{"reliability": 1.0}, {"reliability": 0.0}])
     assert agg["reliability"] == {"mean": 0.5, "std": 0.5, "n": 2}

@@ -10,7 +10,7 @@ import pytest
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
 from sage.editing.handles import state_hashes
-from sage.editing.metrics import observe
+from sage.editing.entry_measures import observe
 from sage.editing.runner import evaluate
 from sage.editing.scorer import LMScorer
 
@@ -19,14 +19,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 # Small budgets for tests; the defaults (TUNING.md) are for real runs.
 FAST = {
-    "ft": {"steps": 10, "lr": 2e-2, "norm_constraint": 2e-2},
+    "ft-m": {"steps": 10, "lr": 2e-2, "norm_constraint": 2e-2},
+    "ft-l": {"steps": 10, "lr": 2e-2, "norm_constraint": 2e-2, "layer": 4},
     "lora": {"steps": 10, "lr": 2e-2, "layers": [3, 4]},
-    "rome": {"v_steps": 12, "n_context": 2, "clamp_norm_factor": 10.0},
-    "memit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0},
-    "alphaedit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0},
+    # key statistics from 10x the key dimension (the minimum) keep the first run short
+    "rome": {"v_steps": 12, "n_context": 2, "clamp_norm_factor": 10.0, "stats_tokens": 15360},
+    "memit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0,
+              "stats_tokens": 15360},
+    "alphaedit": {"v_steps": 12, "n_context": 2, "layers": [3, 4], "clamp_norm_factor": 10.0,
+                  "stats_tokens": 15360},
     "ike": {"k": 3},
-    "serac": {},
-    "grace": {"steps": 10, "radius": 1.0},
+    "serac": {"cls_epochs": 1, "cls_max_pairs": 300, "cf_steps": 10, "cf_layers": 2},
+    "serac-icl": {},
+    "grace": {"steps": 10},
 }
 
 
@@ -47,23 +52,34 @@ def corpus_file(countermoral_dir, tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def held_out(countermoral_dir):
+    """SERAC's training entries: other frameworks' (a few, to keep the test short)."""
+    return [r for fw in ("care_ethics", "virtue_ethics") for r in load_countermoral(countermoral_dir, fw, "broad", 6)]
+
+
 @pytest.mark.parametrize("method", sorted(FAST))
-def test_edit_takes_and_restores_bit_for_bit(method, bundled_lm, pool, corpus_file):
+def test_edit_takes_and_restores_bit_for_bit(method, bundled_lm, pool, held_out, corpus_file,
+                                             tmp_path, monkeypatch):
+    if method == "serac":  # its trained parts are cached: keep the test's out of the user cache
+        monkeypatch.setenv("SAGE_CACHE_DIR", str(tmp_path))
     from sage.editing.base import EDITORS
 
     assert method in EDITORS, f"{method} is not registered"  # a missing method must fail, not skip
     before = state_hashes(bundled_lm.model)
-    editor = make_editor(method, FAST[method], EditContext(pool=pool, corpus=corpus_file))
+    editor = make_editor(method, FAST[method], EditContext(pool=pool, held_out=held_out, corpus=corpus_file))
     req = pool[0]
     [row] = evaluate(editor, bundled_lm, [req], batch=False)
     assert state_hashes(bundled_lm.model) == before
     # the edit takes: the new target becomes clearly more likely and better predicted
     assert row["post_p_new"] > 20 * row["pre_p_new"]
-    assert row["reliability"] >= row["pre_reliability"] + 0.19  # e.g. 2 -> 3 of 5 tokens
+    if method != "ft-l":  # FT-L predicts the target from the last prompt position only, so
+        # teacher-forced accuracy of later target tokens is not what it trains
+        assert row["reliability"] >= row["pre_reliability"] + 0.19  # e.g. 2 -> 3 of 5 tokens
     assert 0.0 <= row["locality"] <= 1.0 and row["neighbourhood_score"] >= 0.0
 
 
-@pytest.mark.parametrize("method", ["rome", "ft"])
+@pytest.mark.parametrize("method", ["rome", "ft-m"])
 def test_neighbourhood_is_measured_on_the_edited_model(method, bundled_lm, pool, corpus_file):
     req = pool[1]
     base = LMScorer(bundled_lm.model, bundled_lm.tokenizer)
@@ -80,7 +96,7 @@ def test_neighbourhood_is_measured_on_the_edited_model(method, bundled_lm, pool,
     assert [s.seq_prob for s in after["neighbour"]] == [s.seq_prob for s in pre["neighbour"]]
 
 
-@pytest.mark.parametrize("method", ["rome", "memit", "ft"])
+@pytest.mark.parametrize("method", ["rome", "memit", "ft-l"])
 def test_same_code_edits_a_gpt2_layout(method, bundled_lm, pool):
     """GPT-2 keeps its MLP in Conv1D ([in, out]); the profile from config.architectures handles it."""
     import torch
@@ -95,7 +111,7 @@ def test_same_code_edits_a_gpt2_layout(method, bundled_lm, pool):
     lm = LoadedModel(name="tiny-gpt2", path=None, model=gpt2, tokenizer=tok)
     over = {"rome": {"layer": 1, "v_steps": 3, "n_context": 1, "covariance": "identity"},
             "memit": {"layers": [0, 1], "v_steps": 3, "n_context": 1, "covariance": "identity"},
-            "ft": {"layer": 1, "steps": 3}}[method]
+            "ft-l": {"layer": 1, "steps": 3, "lr": 1e-2, "norm_constraint": 1e-2}}[method]
     before = state_hashes(gpt2)
     handle = make_editor(method, over).apply(lm, [pool[0]])
     changed = state_hashes(gpt2) != before

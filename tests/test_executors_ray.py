@@ -16,7 +16,7 @@ from sage.data.records import RecordStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
-EDIT_HPARAMS = {"ft": {"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}, "ike": {"k": 3}}
+EDIT_HPARAMS = {"ft-m": {"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}, "ike": {"k": 3}}
 
 
 @pytest.fixture(scope="module")

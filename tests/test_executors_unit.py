@@ -56,8 +56,8 @@ def without_ray(tmp_path):
 @pytest.mark.parametrize("args", [
     ["generate", "answers", "--executor", "ray"],
     ["score", "--model", "smollm2-135m", "--executor", "ray"],
-    ["edit", "--method", "ft", "--framework", "deontology", "--limit", "1", "--executor", "ray"],
-    ["study", "edit-consistency", "--method", "ft", "--framework", "deontology", "--limit", "1",
+    ["edit", "--method", "ft-m", "--framework", "deontology", "--limit", "1", "--executor", "ray"],
+    ["study", "edit-consistency", "--method", "ft-m", "--framework", "deontology", "--limit", "1",
      "--executor", "ray"],
 ])
 def test_ray_executor_without_ray_says_how_to_install(args, without_ray, tmp_path, shared_data):

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 def _config(countermoral_dir, out, **kw):
     return StudyConfig(
-        methods=("ike", "serac", "rome"), frameworks=("deontology",), limit=2, data=str(countermoral_dir),
+        methods=("ike", "serac-icl", "rome"), frameworks=("deontology",), limit=2, data=str(countermoral_dir),
         out=str(out), k=2, paraphrase_tokens=96, paraphrase_attempts=1, completion_tokens=8,
         answer_tokens=24, rot_tokens=16, n_boot=200,
         overrides={"rome": {"v_steps": 12, "n_context": 2, "covariance": "identity"}, "ike": {"k": 3}},
@@ -41,7 +41,7 @@ def _lines(path):
 
 def test_records_scores_and_changes(study):
     out, summary, _ = study
-    for state in ("pre", "ike", "serac", "rome"):
+    for state in ("pre", "ike", "serac-icl", "rome"):
         recs = _lines(out / "records" / f"{state}.jsonl")
         assert len(recs) == 2
         for r in recs:
@@ -50,7 +50,7 @@ def test_records_scores_and_changes(study):
             assert any(t.strip() for t in r["action"])
     scores = pd.read_csv(out / "scores.csv")
     got = set(map(tuple, scores[["state", "probe", "metric"]].drop_duplicates().to_numpy()))
-    assert got == {(s, p, m) for s in ("pre", "ike", "serac", "rome") for p in PROBES for m in METRICS}
+    assert got == {(s, p, m) for s in ("pre", "ike", "serac-icl", "rome") for p in PROBES for m in METRICS}
     changes = pd.read_csv(out / "changes.csv")
     assert len(changes) == 3 * len(PROBES) * len(METRICS)
     # the change is post - pre of the stored per-entry scores
@@ -96,7 +96,7 @@ def test_wrapper_is_in_the_generation_path(study, bundled_lm, countermoral_dir):
     plain = complete(backend, type("Identity", (), {"condition_prompts": staticmethod(list)})(), prompts, 8, 0)
     pre = {r["uid"]: r for r in _lines(out / "records" / "pre.jsonl")}
     assert pre[req.uid]["action"][:2] == plain
-    for method in ("ike", "serac"):
+    for method in ("ike", "serac-icl"):
         edited = {r["uid"]: r for r in _lines(out / "records" / f"{method}.jsonl")}
         for uid, rec in edited.items():
             changed = sum(a != b for kind in ("action", "relation") for a, b in zip(rec[kind], pre[uid][kind]))

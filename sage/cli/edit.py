@@ -24,7 +24,9 @@ _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 @click.option("--hparams", "hparams_file", default=None, type=click.Path(),
               help="JSON file of hyperparameter overrides for the method.")
 @click.option("--corpus", default=None, type=click.Path(),
-              help="Text file for key statistics (default: a corpus the model generates, cached).")
+              help="Text or JSONL file for key statistics (default: the Vicuna-7B responses in "
+                   "sage-responses/ under SAGE_SHARED_DATA or ../shared/data; else text the model "
+                   "generates, with a warning).")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @executor_options
@@ -38,9 +40,9 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
 
     from sage.editing.base import EDITORS, load_overrides
     from sage.editing.dataset import default_data_dir, load_countermoral
-    from sage.editing.report import write_tables
     from sage.editing.runner import RunConfig
     from sage.editing.sharded import run_sweep
+    from sage.editing.tables import write_tables
     from sage.executors import make_executor
     from sage.settings import default_device
 

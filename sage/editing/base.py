@@ -6,6 +6,7 @@ lazily, so `import sage.editing` stays light.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -17,13 +18,15 @@ from sage.errors import SageInputError
 from sage.registry import Registry
 
 EDITORS: Registry[type] = Registry("editing method", lazy_modules={
-    "ft": "sage.editing.ft",
+    "ft-l": "sage.editing.ft",
+    "ft-m": "sage.editing.ft",
     "lora": "sage.editing.lora",
     "rome": "sage.editing.rome",
     "memit": "sage.editing.memit",
     "alphaedit": "sage.editing.alphaedit",
     "ike": "sage.editing.ike",
     "serac": "sage.editing.serac",
+    "serac-icl": "sage.editing.serac_icl",
     "grace": "sage.editing.grace",
 })
 
@@ -84,6 +87,7 @@ class EditContext:
     never containing the entry under test at scoring time) and runtime settings."""
 
     pool: Sequence[Any] = ()
+    held_out: Sequence[Any] = ()  # other frameworks' entries: training data for SERAC
     device: str = "cpu"
     corpus: str | None = None  # a user text file for covariance statistics
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +101,38 @@ class EditorBase(Editor):
         if not isinstance(self.hparams, self.hparams_cls):
             raise TypeError(f"{self.name} expects {self.hparams_cls.__name__}")
         self.context = context or EditContext()
+
+    @staticmethod
+    def locate(model: Any, layers: Sequence[int]):
+        """The model's profile and `layers` resolved against its depth (negative = from the end)."""
+        from sage.editing.profiles import profile_for
+
+        profile = profile_for(model)
+        n = profile.n_layers(model)
+        return profile, [resolve_layer(layer, n) for layer in layers]
+
+    @staticmethod
+    def mlp_snapshot(model: Any, profile: Any, layers: Sequence[int]):
+        """A copy of the down-projection weights of `layers`, to restore bit for bit."""
+        from sage.editing.handles import WeightSnapshot
+
+        return WeightSnapshot(model, [f"{profile.mlp_out.format(layer)}.weight" for layer in layers])
+
+    @staticmethod
+    @contextlib.contextmanager
+    def undo_on_error(undo: Any):
+        """Yields `undo` (anything with `restore()`); restores it if the edit fails part way, so a
+        failed or interrupted edit never leaves the model changed."""
+        try:
+            yield undo
+        except BaseException:
+            undo.restore()
+            raise
+
+    def diagnostics(self) -> dict[str, Any]:
+        """What the editor measured about itself (null-space dimensions, classifier accuracy);
+        the runner stores it per framework in summary.json."""
+        return {}
 
 
 def make_editor(name: str, overrides: dict[str, Any] | None = None,

@@ -1,103 +1,139 @@
 """GRACE: a discrete key-value codebook adapter at one layer with a deferral radius (Hartvigsen et
 al., 2023). Weights are never written.
 
-The adapter sits on one MLP down-projection. Its key is the down-projection input at the last
-prompt token; a codebook entry is (key, value, radius). For a query whose key lies within the
-radius of an entry's key, the layer's output from the last prompt token onward is replaced by the
-entry's value; otherwise the layer runs unchanged (deferral). Values are trained on the target NLL.
-The adapter only acts inside `GraceScorer`, which tells it where each prompt ends; `restore()`
-removes the hook.
+The adapter sits on one MLP down-projection. A codebook entry is (key, value, epsilon): the key is
+the down-projection input at the edit's key token, the value replaces the layer's output. For a
+query whose key lies within epsilon (Euclidean distance, an absolute radius as in the reference)
+of an entry's key, the layer's output from the key token onward is replaced by the entry's value;
+otherwise the layer runs unchanged (deferral). Values are trained on the target NLL.
+
+Key token (`key`):
+- `prompt_last` (the reference: EasyEdit sets `key_id` to the last prompt token). Every
+  CounterMoral prompt ends with its relation ("... is recognized as"), and action paraphrases and
+  neighbourhood prompts keep the edit's relation wording, so this key mostly encodes the relation:
+  the codebook fires on neighbours that share it and misses relation paraphrases; the hit rates
+  per prompt kind are in each entry's record (`routed_*`).
+- `subject_last`: the edit's key is taken at the subject's last token. A query's subject position
+  is not known, so the adapter scans every prompt token and uses the one nearest to a codebook
+  key (the query's own subject where it contains the edit's subject).
+
+The adapter only acts inside `GraceScorer`, which tells it where each prompt starts and ends;
+`restore()` removes the hook.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check, resolve_layer
+from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WrapperHandle
-from sage.editing.profiles import profile_for
 from sage.editing.scorer import LMScorer, encode_pairs, target_logits, target_logprobs
+
+KEY_TOKENS = ("prompt_last", "subject_last")
 
 
 @dataclass(frozen=True)
 class GraceHParams(HParams):
     layer: int = 6  # see sage/editing/TUNING.md
-    radius: float = 0.5  # deferral radius, relative to the edit key's norm
+    key: str = "prompt_last"  # the reference key token; "subject_last" scans for the subject
+    eps: float = 1.0  # deferral radius, absolute (Euclidean distance between keys)
     steps: int = 25
     lr: float = 1.0
 
     def __post_init__(self):
         name = type(self).__name__
-        check(self.radius > 0, name, "radius must be > 0")
+        check(self.key in KEY_TOKENS, name, f"key must be one of {KEY_TOKENS}, got {self.key!r}")
+        check(self.eps > 0, name, "eps must be > 0")
         check(self.steps >= 1 and self.lr > 0, name, "steps >= 1 and lr > 0")
 
 
 class GraceAdapter:
     """Forward hook on one module holding the codebook."""
 
-    def __init__(self, module: Any):
+    def __init__(self, module: Any, scan: bool):
         self.keys: list[Any] = []
         self.values: list[Any] = []
-        self.radii: list[float] = []
-        self.prompt_last: list[int] | None = None  # set by the scorer per batch; None = inactive
-        self.train_value: Any = None  # a value being optimized (applies to every row)
-        self.hits = 0
+        self.eps: list[float] = []
+        self.scan = scan  # look for the key token among all prompt tokens
+        # set by the scorer per batch: first and last prompt token of each row; None = inactive
+        self.prompt_first: list[int] | None = None
+        self.prompt_last: list[int] | None = None
+        self.train: tuple[Any, int] | None = None  # (value being optimized, its position)
+        self.last_hits: list[bool] = []
         self._handle = module.register_forward_hook(self._hook)
 
     def remove(self) -> None:
         self._handle.remove()
 
-    def last_keys(self, x):
+    restore = remove  # undoes the edit: the weights were never written
+
+    def _lookup(self, x) -> list[tuple[int, int] | None]:
+        """Per row: (codebook entry, key position) of a hit, or None (defer)."""
         import torch
 
-        rows = torch.arange(x.shape[0], device=x.device)
-        return x[rows, torch.tensor(self.prompt_last, device=x.device)].float()
+        K = torch.stack(self.keys)
+        eps = torch.tensor(self.eps, device=K.device)
+        out = []
+        for i in range(x.shape[0]):
+            last = self.prompt_last[i]
+            positions = list(range(self.prompt_first[i], last + 1)) if self.scan else [last]
+            dist = torch.cdist(x[i, positions].float(), K)  # [positions, entries]
+            within = dist <= eps
+            if not bool(within.any()):
+                out.append(None)
+                continue
+            # nearest hit (ties: the later position)
+            d = torch.where(within, dist, torch.full_like(dist, float("inf")))
+            flat = int(torch.argmin(d.flip(0).reshape(-1)))
+            pos = len(positions) - 1 - flat // len(self.keys)
+            out.append((flat % len(self.keys), positions[pos]))
+        return out
 
     def _hook(self, _m, args, out):
-        import torch
-
         if self.prompt_last is None:
             return None
         x = args[0]
-        replace = []
-        if self.train_value is not None:
-            replace = [self.train_value] * x.shape[0]
-        else:
-            if not self.keys:
-                return None
-            q = self.last_keys(x)
-            K = torch.stack(self.keys)
-            dist = torch.cdist(q, K)  # [B, entries]
-            best = dist.argmin(-1)
-            for i in range(x.shape[0]):
-                j = int(best[i])
-                hit = float(dist[i, j]) <= self.radii[j]
-                self.hits += int(hit)
-                replace.append(self.values[j] if hit else None)
+        if self.train is not None:
+            value, pos = self.train
+            out = out.clone()
+            out[:, pos:] = value.to(out.dtype)
+            return out
+        if not self.keys:
+            self.last_hits = [False] * x.shape[0]
+            return None
+        hits = self._lookup(x)
+        self.last_hits = [h is not None for h in hits]
         out = out.clone()
-        for i, v in enumerate(replace):
-            if v is not None:
-                out[i, self.prompt_last[i]:] = v.to(out.dtype)
+        for i, hit in enumerate(hits):
+            if hit is not None:
+                j, pos = hit
+                out[i, pos:] = self.values[j].to(out.dtype)
         return out
 
 
 class GraceScorer(LMScorer):
-    """Scores through the adapter: activates it with each batch's prompt boundaries."""
+    """Scores through the adapter: activates it with each batch's prompt boundaries and reports
+    for each query whether the codebook fired (`TargetScore.routed`)."""
 
     # The codebook is keyed to teacher-forced prompt boundaries; free generation through it (which
     # would have to carry a hit across cached decoding steps) is not implemented.
     can_generate = False
+    share_prefix = False  # the adapter scans and replaces positions of whole rows
 
     def __init__(self, model, tokenizer, adapter: GraceAdapter):
         super().__init__(model, tokenizer)
         self.adapter = adapter
 
-    def _logits(self, batch):
+    def _logits(self, batch, **_cache):
+        self.adapter.prompt_first = batch.attention_mask.argmax(-1).tolist()  # left padding
         self.adapter.prompt_last = batch.prompt_last
         try:
             return target_logits(self.model, batch)
         finally:
-            self.adapter.prompt_last = None
+            self.adapter.prompt_last = self.adapter.prompt_first = None
+
+    def _routes(self, n_rows: int) -> list[bool | None]:
+        return list(self.adapter.last_hits)
 
 
 @EDITORS.register("grace")
@@ -112,19 +148,21 @@ class GraceEditor(EditorBase):
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile = profile_for(model)
-        layer = resolve_layer(hp.layer, profile.n_layers(model))
+        profile, [layer] = self.locate(model, [hp.layer])
         module = profile.mlp_module(model, layer)
-        adapter = GraceAdapter(module)
         dev = next(model.parameters()).device
-        try:
+        info = []
+        with self.undo_on_error(GraceAdapter(module, scan=hp.key == "subject_last")) as adapter:
             for req in requests:
                 batch = encode_pairs(tok, [req.prompt], [req.target_new], dev)
+                first = int(batch.attention_mask[0].argmax())
+                pos = (first + len(tok(req.subject).input_ids) - 1 if hp.key == "subject_last"
+                       else batch.prompt_last[0])
                 seen = {}
 
-                def grab(_m, args, out):
-                    seen["k"] = args[0][0, batch.prompt_last[0]].detach().float()
-                    seen["v"] = out[0, batch.prompt_last[0]].detach().float()
+                def grab(_m, args, out, pos=pos):
+                    seen["k"] = args[0][0, pos].detach().float()
+                    seen["v"] = out[0, pos].detach().float()
 
                 h = module.register_forward_hook(grab)
                 with torch.no_grad():
@@ -136,7 +174,7 @@ class GraceEditor(EditorBase):
                 rg = {n: p.requires_grad for n, p in model.named_parameters()}
                 for p in model.parameters():
                     p.requires_grad_(False)
-                adapter.train_value, adapter.prompt_last = value, batch.prompt_last
+                adapter.train, adapter.prompt_last = (value, pos), batch.prompt_last
                 try:
                     for _ in range(hp.steps):
                         opt.zero_grad()
@@ -147,14 +185,12 @@ class GraceEditor(EditorBase):
                         loss.backward()
                         opt.step()
                 finally:
-                    adapter.train_value, adapter.prompt_last = None, None
+                    adapter.train, adapter.prompt_last = None, None
                     for n, p in model.named_parameters():
                         p.requires_grad_(rg[n])
                 adapter.keys.append(seen["k"])
                 adapter.values.append(value.detach())
-                adapter.radii.append(hp.radius * float(seen["k"].norm()))
-        except BaseException:
-            adapter.remove()
-            raise
+                adapter.eps.append(hp.eps)
+                info.append({"uid": req.uid, "key_norm": float(seen["k"].norm())})
         return WrapperHandle(GraceScorer(model, tok, adapter), adapter.remove,
-                             {"layer": layer, "codebook": len(adapter.keys)})
+                             {"layer": layer, "codebook": len(adapter.keys), "edits": info})

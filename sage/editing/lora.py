@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check, resolve_layer
+from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WeightEditHandle, WeightSnapshot
-from sage.editing.profiles import profile_for
 from sage.editing.scorer import LMScorer, target_nll
 
 
@@ -57,17 +56,15 @@ class LoraEditor(EditorBase):
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile = profile_for(model)
-        n = profile.n_layers(model)
-        targets = [profile.mlp_out.format(resolve_layer(layer, n)) for layer in hp.layers]
+        profile, layers = self.locate(model, hp.layers)
+        targets = [profile.mlp_out.format(layer) for layer in layers]
         snapshot = WeightSnapshot(model, [])  # records requires_grad flags only
         torch.manual_seed(hp.seed)
         config = LoraConfig(r=hp.rank, lora_alpha=hp.alpha, lora_dropout=hp.dropout,
                             target_modules=targets, bias="none",
                             fan_in_fan_out=profile.conv1d)
         peft_model = get_peft_model(model, config)
-        undo = _LoraUndo(peft_model, snapshot)
-        try:
+        with self.undo_on_error(_LoraUndo(peft_model, snapshot)) as undo:
             params = [p for p in peft_model.parameters() if p.requires_grad]
             opt = torch.optim.Adam(params, lr=hp.lr)
             prompts = [r.prompt for r in requests]
@@ -81,8 +78,5 @@ class LoraEditor(EditorBase):
                 loss.backward()
                 opt.step()
             peft_model.eval()
-        except BaseException:
-            undo.restore()
-            raise
         # the base model object now routes through the adapters: score it directly
         return WeightEditHandle(undo, LMScorer(model, tok), {"targets": targets})

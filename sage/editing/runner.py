@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from sage.data.records import RecordStore
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
-from sage.editing.metrics import aggregate, entry_metrics, observe
+from sage.editing.entry_measures import aggregate, entry_metrics, observe
 from sage.editing.scorer import LMScorer
 from sage.provenance import check_resume_settings, git_revision, package_versions
 
@@ -46,12 +46,26 @@ def run_dir(cfg: RunConfig) -> Path:
 
 
 def editing_pool(data, framework: str, subset: str, batch: bool) -> list[EditRequest]:
-    """Retrieval/training pool for IKE and SERAC (they never use the entries under test from it):
-    the framework's subset; in batch mode every framework's, since a batch can be the whole
-    framework subset and SERAC's scope classifier needs entries outside it."""
+    """Retrieval/training pool for IKE and SERAC-ICL (they never use the entries under test from
+    it): the framework's subset; in batch mode every framework's, since a batch can be the whole
+    framework subset and a scope classifier needs entries outside it."""
     if not batch:
         return load_countermoral(data, framework, subset)
     return [r for f in FRAMEWORKS for r in load_countermoral(data, f, subset)]
+
+
+def held_out_entries(data, framework: str, subset: str) -> list[EditRequest]:
+    """The other frameworks' entries of the subset: what SERAC trains on (held-out edits, as the
+    paper trains on edits other than those it is tested on)."""
+    return [r for f in FRAMEWORKS if f != framework for r in load_countermoral(data, f, subset)]
+
+
+def editing_context(data, framework: str, subset: str, batch: bool, device: str = "cpu",
+                    corpus: str | None = None) -> EditContext:
+    """What an editor of `framework`'s entries may use besides the model."""
+    return EditContext(pool=editing_pool(data, framework, subset, batch),
+                       held_out=held_out_entries(data, framework, subset), device=device,
+                       corpus=corpus)
 
 
 def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None) -> list[dict]:
@@ -83,13 +97,23 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
 def method_settings(method: str, seed: int, overrides: dict[str, Any], corpus: str | None) -> dict:
     """An editing method's part of what results depend on: its resolved hyperparameters."""
     hparams = make_editor(method, {"seed": seed, **overrides}).hparams.to_dict()
-    return {"method": method, "seed": seed, "hparams": hparams, "corpus": corpus or "self-generated"}
+    from sage.editing.key_statistics import corpus_name
+
+    return {"method": method, "seed": seed, "hparams": hparams, "corpus": corpus_name(corpus)}
 
 
 def run_settings(cfg: RunConfig) -> dict:
     """What a run's per-entry results depend on (a rerun with other settings is refused)."""
     return {**method_settings(cfg.method, cfg.seed, cfg.overrides, cfg.corpus),
             "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model}
+
+
+def _load_diagnostics(out: Path) -> dict:
+    """Editor diagnostics of earlier sittings of a resumed run (kept in its summary)."""
+    try:
+        return dict(json.loads((out / "summary.json").read_text()).get("editor") or {})
+    except (OSError, ValueError):
+        return {}
 
 
 def run(cfg: RunConfig, lm=None) -> dict:
@@ -103,14 +127,14 @@ def run(cfg: RunConfig, lm=None) -> dict:
     # One record per entry, keyed by its uid, through the shared torn-tail-safe store.
     store = RecordStore(out / "entries.jsonl", key_field="uid")
     done = store.records
+    diagnostics = _load_diagnostics(out)
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
             continue
         lm = lm or load_causal_lm(cfg.model, device=cfg.device)  # not loaded when only summarising
-        pool = editing_pool(cfg.data, fw, cfg.subset, cfg.batch)
         editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
-                             EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
+                             editing_context(cfg.data, fw, cfg.subset, cfg.batch, cfg.device, cfg.corpus))
         if cfg.batch and not editor.supports_batch:
             from sage.errors import SageInputError
 
@@ -120,12 +144,15 @@ def run(cfg: RunConfig, lm=None) -> dict:
 
         for group in tqdm(step, desc=f"{cfg.method} {fw}", leave=False):
             store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch))
+        if editor.diagnostics():
+            diagnostics[fw] = editor.diagnostics()
     wanted = {r.uid for reqs in data.values() for r in reqs}
     rows = [row for uid, row in done.items() if uid in wanted]
     summary = {
         **settings, "limit": cfg.limit, "versions": package_versions(), "git": git_revision(),
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
-        "overall": aggregate(rows), "n_entries": len(rows),
+        "overall": aggregate(rows), "n_entries": len(rows), "n_expected": len(wanted),
+        "editor": diagnostics,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

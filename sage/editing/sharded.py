@@ -21,7 +21,7 @@ from sage.data.records import RecordStore
 from sage.editing.dataset import load_countermoral
 from sage.editing.runner import (
     RunConfig,
-    editing_pool,
+    editing_context,
     evaluate,
     run,
     run_dir,
@@ -50,14 +50,14 @@ class EditWorker:
         self._editor_key, self._editor = None, None
 
     def _editor_for(self, cfg: RunConfig, framework: str):
-        from sage.editing.base import EditContext, make_editor
+        from sage.editing.base import make_editor
 
         key = json.dumps([cfg.method, cfg.seed, cfg.overrides, cfg.corpus, cfg.data, cfg.subset, cfg.batch,
                           framework], sort_keys=True, default=str)
         if key != self._editor_key:  # one editor per (method, framework), as the sequential run keeps
-            pool = editing_pool(cfg.data, framework, cfg.subset, cfg.batch)
             self._editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
-                                       EditContext(pool=pool, device=self.device, corpus=cfg.corpus))
+                                       editing_context(cfg.data, framework, cfg.subset, cfg.batch,
+                                                       self.device, cfg.corpus))
             self._editor_key = key
         return self._editor
 

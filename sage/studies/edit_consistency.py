@@ -178,16 +178,16 @@ class _Study:
     def method_records(self, method: str, group: Sequence[EditRequest], open_qs, editors: dict) -> list[dict]:
         """Edit with `method` (the whole group in one edit), generate through the edited model,
         restore; one record per entry. `editors` keeps one editor per framework across calls."""
-        from sage.editing.base import EditContext, make_editor
-        from sage.editing.runner import editing_pool, evaluate
+        from sage.editing.base import make_editor
+        from sage.editing.runner import editing_context, evaluate
 
         name, _, mode = method.partition(":")
         cfg = self.cfg
         fw = group[0].framework
         if fw not in editors:  # one editor per retrieval / training pool
-            pool = editing_pool(cfg.data, fw, cfg.subset, mode == "batch")
             editors[fw] = make_editor(name, {"seed": cfg.seed, **cfg.overrides.get(name, {})},
-                                      EditContext(pool=pool, device=cfg.device, corpus=cfg.corpus))
+                                      editing_context(cfg.data, fw, cfg.subset, mode == "batch",
+                                                      cfg.device, cfg.corpus))
         editor = editors[fw]
         if mode == "batch" and not editor.supports_batch:
             raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
@@ -358,7 +358,7 @@ def run_study(cfg: StudyConfig, lm=None, executor=None) -> dict:
 
 
 def _run_study(cfg: StudyConfig, lm, executor) -> dict:
-    from sage.editing.metrics import aggregate
+    from sage.editing.entry_measures import aggregate
 
     study = _Study(cfg, lm)
     out = study.out

@@ -21,7 +21,7 @@ def _corpus(countermoral_dir) -> str:
 def test_covariance_is_cached_on_disk(bundled_lm, countermoral_dir, tmp_path, monkeypatch):
     import torch
 
-    from sage.editing import stats
+    from sage.editing import key_statistics as stats
 
     monkeypatch.setenv("SAGE_CACHE_DIR", str(tmp_path))
     model, tok = bundled_lm.model, bundled_lm.tokenizer

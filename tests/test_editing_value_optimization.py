@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sage.editing import compute
+from sage.editing.capture import context_templates, subject_activations, subject_keys
+from sage.editing.value_optimization import DeltaSettings, optimize_delta, optimize_deltas
 from sage.editing.dataset import load_countermoral
 from sage.editing.profiles import profile_for
 from editing_helpers import assert_suffix_rows_match_full_forward
@@ -22,11 +23,11 @@ def reqs(countermoral_dir):
 def test_batched_value_vectors_equal_single_ones(bundled_lm, reqs):
     model, tok = bundled_lm.model, bundled_lm.tokenizer
     profile = profile_for(model)
-    contexts = compute.context_templates(model, tok, 1, 5, 0)
-    cfg = compute.DeltaSettings(steps=4, lr=0.5, kl_factor=0.0625, weight_decay=0.5,
+    contexts = context_templates(model, tok, 1, 5, 0)
+    cfg = DeltaSettings(steps=4, lr=0.5, kl_factor=0.0625, weight_decay=0.5,
                                 clamp_norm_factor=8.0, stop_nll=0.0, requests_per_batch=3)
-    together = compute.optimize_deltas(model, tok, profile, 4, reqs, contexts, cfg)
-    alone = torch.stack([compute.optimize_delta(model, tok, profile, 4, r, contexts, cfg) for r in reqs])
+    together = optimize_deltas(model, tok, profile, 4, reqs, contexts, cfg)
+    alone = torch.stack([optimize_delta(model, tok, profile, 4, r, contexts, cfg) for r in reqs])
     assert together.shape == (3, model.config.hidden_size)
     assert together.norm(dim=-1).min() > 0  # every vector moved
     # equal up to float noise from different padding widths (which Adam's normalisation can
@@ -39,9 +40,9 @@ def test_truncated_keys_equal_full_forward(bundled_lm, reqs):
     model, tok = bundled_lm.model, bundled_lm.tokenizer
     profile = profile_for(model)
     contexts = ["", "Indeed. "]
-    keys = compute.subject_keys(model, tok, profile, 3, reqs, contexts)
+    keys = subject_keys(model, tok, profile, 3, reqs, contexts)
     # two taps from the same (truncated) passes, as MEMIT takes them
-    keys_too, outs = compute.subject_activations(
+    keys_too, outs = subject_activations(
         model, tok, reqs, contexts, [(profile.mlp_module(model, 3), False), (profile.layer_module(model, 3), True)])
     torch.testing.assert_close(keys_too, keys)
     ref_k, ref_h = [], []
@@ -67,7 +68,7 @@ def test_truncated_keys_equal_full_forward(bundled_lm, reqs):
 
 def test_value_rows_on_a_cached_prefix_equal_full_rows(bundled_lm, reqs):
     model, tok = bundled_lm.model, bundled_lm.tokenizer
-    contexts = compute.context_templates(model, tok, 2, 10, 0)
+    contexts = context_templates(model, tok, 2, 10, 0)
     # requests whose prefixes were computed in separate passes (different padded widths)
     assert_suffix_rows_match_full_forward(model, tok, profile_for(model), 4, [reqs[:1], reqs[1:]], contexts)
 

@@ -1,128 +1,23 @@
-"""Numerics shared by the locate-then-edit methods (ROME, MEMIT, AlphaEdit), written once.
+"""ROME's value objective, shared by ROME, MEMIT and AlphaEdit: per request, a vector added to the
+down-projection output at the subject's last token that makes `target_new` likely after every
+context + prompt, with a KL term at the subject's last token of "<subject> is a" and weight
+decay, the vector's norm clamped (`optimize_deltas`).
 
-- `context_templates`: model-generated prefixes the key is averaged over;
-- `subject_activations` / `subject_keys`: inputs or outputs of modules at the subject's last
-  token, averaged over the context prefixes (the template-averaged key that R-ROME uses in the
-  update), several taps per forward pass, each pass stopped after the last tap;
-- `optimize_deltas`: the value-side optimization (target NLL + KL on "<subject> is a" + weight
-  decay, norm clamp) of a vector added to the down-projection output at the subject's last token,
-  many requests per forward/backward pass, each step running only the tokens from the subject's
-  last token on (the prefix's attention cache is computed once);
-- solvers: rank-one (ROME), least squares over several keys (MEMIT), null-space projected (AlphaEdit).
+Many requests share each forward/backward pass, and each step runs only the tokens from the
+subject's last token on: the prefix's attention cache is computed once (sage/editing/TUNING.md).
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sage.editing.capture import hooked
 from sage.editing.dataset import EditRequest
 from sage.editing.profiles import ModelProfile
-from sage.editing.scorer import target_logits, target_logprobs
+from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
 
 log = logging.getLogger(__name__)
-_TEMPLATE_CACHE: dict[tuple, list[str]] = {}
-_PREFIX_STARTS = ("The", "Therefore", "Because", "I", "You", "It is", "However", "In the end",
-                  "When", "We")
-
-
-@contextlib.contextmanager
-def hooked(module: Any, *, pre=None, post=None):
-    handles = []
-    if pre is not None:
-        handles.append(module.register_forward_pre_hook(pre))
-    if post is not None:
-        handles.append(module.register_forward_hook(post))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def context_templates(model: Any, tokenizer: Any, n: int, length: int, seed: int = 0) -> list[str]:
-    """`["", gen_1 + ". ", ...]`: prefixes sampled from the model itself (cached per process)."""
-    import torch
-
-    key = (id(model), n, length, seed)
-    if key in _TEMPLATE_CACHE:
-        return _TEMPLATE_CACHE[key]
-    out = [""]
-    if n > 0:
-        starts = [_PREFIX_STARTS[i % len(_PREFIX_STARTS)] for i in range(n)]
-        enc = tokenizer(starts, return_tensors="pt", padding=True).to(next(model.parameters()).device)
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            gen = model.generate(**enc, do_sample=True, top_k=5, max_new_tokens=length,
-                                 pad_token_id=tokenizer.pad_token_id)
-        texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
-        out += [t.replace("{", " ").replace("}", " ").strip() + ". " for t in texts]
-    _TEMPLATE_CACHE[key] = out
-    return out
-
-
-class _Stop(Exception):
-    """Raised by a capture hook once the needed activation is in hand: later layers never run."""
-
-
-def _subject_rows(contexts: Sequence[str], requests: Sequence[EditRequest]) -> list[str]:
-    """Texts ending at each subject's last token: len(contexts) rows per request, request-major."""
-    return [ctx + r.subject for r in requests for ctx in contexts]
-
-
-def _last_token_activations(model, tokenizer, taps: Sequence[tuple[Any, bool]],
-                            texts: Sequence[str], rows_per_batch: int = 64) -> list:
-    """For each tap (module, output?): the module's input (or output) at each text's last token,
-    [len(texts), dim]. Texts go in batches; each forward pass stops once every tap has fired."""
-    import torch
-
-    captured: list[list] = [[] for _ in taps]
-    fired = [0]
-
-    def grab(i, x):
-        captured[i].append(x.detach()[:, -1, :].float())
-        fired[0] += 1
-        if fired[0] == len(taps):
-            raise _Stop
-
-    def pre(i):
-        return lambda _m, args: grab(i, args[0])
-
-    def post(i):
-        return lambda _m, _args, out: grab(i, out[0] if isinstance(out, tuple) else out)
-
-    dev = next(model.parameters()).device
-    with contextlib.ExitStack() as stack:
-        for i, (module, output) in enumerate(taps):
-            stack.enter_context(hooked(module, **({"post": post(i)} if output else {"pre": pre(i)})))
-        for s in range(0, len(texts), rows_per_batch):
-            enc = tokenizer(list(texts[s:s + rows_per_batch]), return_tensors="pt", padding=True)
-            mask = enc.attention_mask.to(dev)  # left padding: the last token is at -1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            fired[0] = 0
-            with torch.no_grad():
-                try:
-                    model(input_ids=enc.input_ids.to(dev), attention_mask=mask, position_ids=pos)
-                except _Stop:
-                    pass
-    return [torch.cat(c) for c in captured]
-
-
-def subject_activations(model, tokenizer, requests: Sequence[EditRequest], contexts: Sequence[str],
-                        taps: Sequence[tuple[Any, bool]]) -> list:
-    """Per tap (module, output?), its input (or output) at the subject's last token averaged over
-    the contexts, one row per request: [N, dim]. All taps come from the same forward passes."""
-    acts = _last_token_activations(model, tokenizer, taps, _subject_rows(contexts, requests))
-    return [a.reshape(len(requests), len(contexts), -1).mean(1) for a in acts]
-
-
-def subject_keys(model, tokenizer, profile: ModelProfile, layer: int,
-                 requests: Sequence[EditRequest], contexts: Sequence[str]):
-    """Template-averaged keys (down-projection inputs), one row per request: [N, key_dim]."""
-    return subject_activations(model, tokenizer, requests, contexts,
-                               [(profile.mlp_module(model, layer), False)])[0]
 
 
 @dataclass(frozen=True)
@@ -153,7 +48,7 @@ class _DeltaState:
 
 @dataclass
 class _Rows:
-    """One request's rows (each context + prompt + target, then "<subject> is a") split at the
+    """One request's rows (each context + prompt + target, then the KL row) split at the
     subject's last token. The vector enters at that token, so nothing before it depends on the
     vector: the prefix runs once and its attention keys/values serve every step, which runs only
     the suffix (subject's last token, relation, target but its last token)."""
@@ -173,7 +68,9 @@ def _split_rows(model, tokenizer, requests: Sequence[EditRequest], contexts: Seq
     per_req = []
     for req in requests:
         rows = [(ctx + req.prompt, ctx + req.subject, req.target_new) for ctx in contexts]
-        rows.append((f"{req.subject} is a", req.subject, ""))
+        # ROME's KL prompt is "<subject> is a", read at the subject's last token; causal
+        # attention makes " is a" irrelevant there, so the row stops at the subject
+        rows.append((req.subject, req.subject, ""))
         split = []
         for prompt, upto_subject, target in rows:
             p_ids = tokenizer(prompt).input_ids
@@ -191,11 +88,11 @@ def _split_rows(model, tokenizer, requests: Sequence[EditRequest], contexts: Seq
         mask[i, width - len(x):] = 1
     kv = []
     if width:
-        cache = _new_cache()
+        cache = new_cache()
         with torch.no_grad():
             model.base_model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
                              position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(dev),
-                             use_cache=True, **_cache_kwargs(model, cache))
+                             use_cache=True, **cache_kwargs(model, cache))
         kv = [(layer.keys, layer.values) for layer in cache.layers]
     out, at = [], 0
     for split in per_req:
@@ -255,28 +152,6 @@ def _suffix_length(tokenizer, req: EditRequest) -> int:
     return full - len(tokenizer(req.subject).input_ids) + 1
 
 
-def _new_cache():
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def _cache_kwargs(model, cache) -> dict:
-    """The attention-cache argument of the model's forward (`cache` in newer transformers,
-    `past_key_values` before)."""
-    if cache is None:
-        return {}
-    return {_cache_arg_name(type(model.base_model)): cache}
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_arg_name(base_model_cls) -> str:
-    import inspect
-
-    params = inspect.signature(base_model_cls.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
 def optimize_delta(model, tokenizer, profile: ModelProfile, layer: int, req: EditRequest,
                    contexts: Sequence[str], cfg: DeltaSettings):
     """One request's vector (see `optimize_deltas`)."""
@@ -288,7 +163,7 @@ def optimize_deltas(model, tokenizer, profile: ModelProfile, layer: int,
                     progress: bool = False):
     """Per request, a vector added to the layer's down-projection output at the subject's last
     token that makes `target_new` likely after every context + prompt, with a KL penalty on
-    "<subject> is a" and weight decay (ROME's value objective).
+    "<subject> is a" (at the subject's last token) and weight decay (ROME's value objective).
 
     Up to `cfg.requests_per_batch` requests share each forward/backward pass, each with its own
     vector and Adam state, so the result for a request does not depend on its batch mates (up to
@@ -355,7 +230,7 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
     batch, kv, owner = packed
     cache = None
     if kv:  # a fresh cache each step: the forward pass appends the suffix to it
-        cache = _new_cache()
+        cache = new_cache()
         for n, (k, v) in enumerate(kv):
             cache.update(k, v, n)
     kl_rows = [i for i in range(len(owner)) if i + 1 == len(owner) or owner[i + 1] != owner[i]]
@@ -373,16 +248,17 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
         st.opt.zero_grad()
     with hooked(module, post=post):
         logits, spans, kl_logits = target_logits(
-            model, batch, [(r, batch.prompt_last[r]) for r in kl_rows], **_cache_kwargs(model, cache))
+            model, batch, [(r, batch.prompt_last[r]) for r in kl_rows], **cache_kwargs(model, cache))
     lps = target_logprobs(logits, spans, batch)
     kl_logp = torch.log_softmax(kl_logits, -1)
     for a, st in enumerate(active):
         if st.ref_kl is None:  # the first step runs with a zero vector: the reference
             st.ref_kl = kl_logp[a].detach()
     ref = torch.stack([st.ref_kl for st in active])
-    # KL(ref || current) per request, all rows at once (indexing per request would make the
-    # backward pass fill a [requests, vocab] zero tensor per request)
-    kls = (ref.exp() * (ref - kl_logp)).sum(-1)
+    # KL(current || initial) per request as the reference computes it (torch kl_div(initial,
+    # current, log_target=True)), all rows at once (indexing per request would make the backward
+    # pass fill a [requests, vocab] zero tensor per request)
+    kls = (kl_logp.exp() * (kl_logp - ref)).sum(-1)
     total = 0.0
     for a, st in enumerate(active):
         mine = [i for i, o in enumerate(owner) if o == a][:-1]  # the last row is the KL prompt
@@ -407,45 +283,3 @@ def _delta_step(model, module, active: list[_DeltaState], packed, cfg: DeltaSett
             max_norm = cfg.clamp_norm_factor * st.v0_norm
             if st.delta.norm() > max_norm:
                 st.delta.mul_(max_norm / st.delta.norm())
-
-
-# --------------------------------------------------------------------------- solvers
-def rank_one_update(W, k, delta_v, cov=None):
-    """ROME: dW = delta_v (C^-1 k)^T / (k^T C^-1 k), so (W + dW) k = W k + delta_v.
-
-    `W` is [value_dim, key_dim]; `k` the template-averaged key (R-ROME); `cov` None = identity."""
-    import torch
-
-    k = k.double()
-    left = k if cov is None else torch.linalg.solve(cov.double(), k)
-    left = left / (k @ left)
-    return torch.outer(delta_v.double(), left)
-
-
-def memit_update(K, R, cov, cov_weight: float):
-    """MEMIT: dW = R K^T (lambda C + K K^T)^-1 with K [key_dim, N] and R [value_dim, N]."""
-    import torch
-
-    K, R = K.double(), R.double()
-    A = cov_weight * cov.double() + K @ K.T
-    return torch.linalg.solve(A, K @ R.T).T
-
-
-def null_space_projector(cov, rel_threshold: float):
-    """Projector onto the eigenvectors of C with eigenvalue below rel_threshold * max eigenvalue."""
-    import torch
-
-    evals, evecs = torch.linalg.eigh(cov.double())
-    keep = evals < rel_threshold * evals.max()
-    U = evecs[:, keep]
-    return U @ U.T, int(keep.sum())
-
-
-def alphaedit_update(K, R, P, l2: float):
-    """AlphaEdit: dW = R K^T P (K K^T P + l2 I)^-1, i.e. an update whose rows lie in the null
-    space of the preserved keys (dW K0 ~ 0)."""
-    import torch
-
-    K, R, P = K.double(), R.double(), P.double()
-    eye = torch.eye(P.shape[0], dtype=P.dtype, device=P.device)
-    return torch.linalg.solve(P @ (K @ K.T) + l2 * eye, P @ K @ R.T).T

@@ -1,0 +1,151 @@
+"""Markdown tables numbered and titled as in the CounterMoral paper: Table 1 (specific actions,
+300 per framework), Table 2 (broad actions, 30 per framework), Table 4 (batch editing: all
+entries of a framework in one edit).
+
+Each table has two parts:
+(a) the paper's four columns, ours beside the published GPT2-XL numbers (where
+    `published-results-gpt2-xl/` is present), per method and framework;
+(b) the measures that can see damage, each with its pre-edit baseline, per method (overall):
+    the paper's |dP| is floored at its ceiling (mean pre-edit P(target_true)), so it is shown
+    next to it, then |d log P|, CounterFact-style neighbourhood success, the rise of
+    P(target_new) on neighbours and locality.
+A run that is not complete says how many of its entries are in.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sage.editing.dataset import FRAMEWORKS
+
+PAPER_COLUMNS = (("reliability", "reliability"),
+                 ("action_paraphrase", "generalization_action_paraphrase"),
+                 ("relation_paraphrase", "generalization_relation_paraphrase"),
+                 ("neighbourhood_score", "neighbourhood_score"))
+TABLES = (
+    ("Table 1: specific actions (300 per framework, one edit at a time)", "specific", False,
+     "all-actions"),
+    ("Table 2: broad actions (30 per framework, one edit at a time)", "broad", False,
+     "broad-actions"),
+    ("Table 4: batch editing, specific actions (all 300 entries of a framework in one edit)",
+     "specific", True, "all-actions"),
+    ("Table 4 (broad): batch editing, broad actions (all 30 entries of a framework in one edit)",
+     "broad", True, "broad-actions"),
+)
+#: our method name -> the published file, and whether the paper ran it as a batch edit (its
+#: evaluation code edits MEMIT with a framework's whole subset at once, every other method one
+#: entry at a time). The paper's "FT" is EasyEdit's FT with the `prompt_last` objective: FT-L.
+PUBLISHED = {"ft-l": ("ft", False), "lora": ("lora", False), "rome": ("rome", False),
+             "ike": ("ike", False), "serac": ("serac", False), "memit": ("memit", True)}
+ENTRIES_PER_FRAMEWORK = {"broad": 30, "specific": 300}
+
+
+def published(data_dir: Path | None, method: str, batch: bool) -> dict | None:
+    if data_dir is None or method not in PUBLISHED or PUBLISHED[method][1] != batch:
+        return None
+    path = Path(data_dir) / "published-results-gpt2-xl" / f"{PUBLISHED[method][0]}.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())["results"]
+    except (json.JSONDecodeError, KeyError):
+        return None
+
+
+def _cell(stat: dict | None, digits: int = 3) -> str:
+    return "–" if not stat else f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def _digits(column: str) -> int:
+    return 4 if column == "neighbourhood_score" else 3
+
+
+def _mean(stats: dict, key: str, digits: int = 3) -> str:
+    return f"{stats[key]['mean']:.{digits}f}" if key in stats else "–"
+
+
+def _pre_post(stats: dict, key: str) -> str:
+    if key not in stats:
+        return "–"
+    return f"{_mean(stats, 'pre_' + key)} → {_mean(stats, key)}"
+
+
+def _label(s: dict) -> str:
+    expected = s.get("n_expected")
+    if expected and s["n_entries"] < expected:
+        return f"{s['method']} (partial: {s['n_entries']} of {expected})"
+    return s["method"]
+
+
+def _paper_part(rows: list[dict], data_dir: Path | None, pub_key: str) -> list[str]:
+    head = ["Method", "Framework"] + [f"{c} (ours)" for c, _ in PAPER_COLUMNS]
+    head += [f"{c} (GPT2-XL)" for c, _ in PAPER_COLUMNS]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in rows:
+        pub = published(data_dir, s["method"], s["batch"])
+        for fw in [fw for fw in FRAMEWORKS if fw in s["frameworks"]] + ["overall"]:
+            stats = s["overall"] if fw == "overall" else s["frameworks"][fw]
+            cells = [_label(s), fw] + [_cell(stats.get(c), _digits(c)) for c, _ in PAPER_COLUMNS]
+            ref = None
+            if pub and fw != "overall":
+                ref = pub.get(fw.upper(), {}).get(pub_key, {}).get("edited", {}).get("AGS")
+            cells += [_cell(ref.get(p), _digits(c)) if ref else "–" for c, p in PAPER_COLUMNS]
+            out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _damage_part(rows: list[dict]) -> list[str]:
+    head = ["Method", "n", "reliability", "action para.", "relation para.",
+            "|dP| (ceiling)", "|d log P|", "nbr. success", "new-target rise", "locality",
+            "routed edit / action / relation / nbr."]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in rows:
+        st = s["overall"]
+        routed = " / ".join(_mean(st, f"routed_{k}", 2)
+                            for k in ("edit", "action", "relation", "neighbour"))
+        cells = [_label(s), str(s["n_entries"]), _pre_post(st, "reliability"),
+                 _pre_post(st, "action_paraphrase"), _pre_post(st, "relation_paraphrase"),
+                 f"{_mean(st, 'neighbourhood_score', 4)} ({_mean(st, 'neighbourhood_score_ceiling', 4)})",
+                 _mean(st, "neighbourhood_dlogp"), _pre_post(st, "neighbourhood_success"),
+                 _mean(st, "neighbourhood_new_rise"), _mean(st, "locality"),
+                 routed if "routed_edit" in st else "–"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+INTRO = """# CounterMoral editing results
+
+Ours: mean ± std over entries on the bundled model. GPT2-XL: the authors' published numbers
+(AGS aggregation) for the methods and mode they ran (MEMIT as a batch edit, the others one edit
+at a time; their FT is EasyEdit's FT-L objective). Their neighbourhood score used the
+probability of the last sub-token of `target_true` without a leading space, so it is near 0 for
+every method; ours uses the whole " target_true" sequence.
+
+Which numbers to read: part (a) of each table is for comparison with the paper. For damage to
+unrelated prompts read part (b): the paper's |dP| can never exceed its ceiling (the mean
+pre-edit P(target_true) on the neighbours, shown in brackets), so it looks harmless for every
+method; |d log P|, neighbourhood success (P(target_true) > P(target_new), pre → post), the
+rise of log P(target_new) on neighbours and locality (share of unchanged argmax tokens) are
+not floored. Pre-edit values (pre → post) show what the unedited model already gets right.
+See `README.md` in the results folder for each column's definition and reference.
+"""
+
+
+def tables(out_dir: Path, data_dir: Path | None) -> str:
+    summaries = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("*/*/summary.json"))]
+    parts = [INTRO]
+    for title, subset, batch, pub_key in TABLES:
+        rows = [s for s in summaries if s["batch"] == batch and s["subset"] == subset]
+        if not rows:
+            continue
+        parts += [f"\n## {title}\n", "### (a) the paper's columns\n"]
+        parts += _paper_part(rows, data_dir, pub_key)
+        parts += ["", "### (b) damage and baselines (overall, pre → post)\n"]
+        parts += _damage_part(rows)
+    return "\n".join(parts) + "\n"
+
+
+def write_tables(out_dir: Path, data_dir: Path | None) -> Path:
+    path = Path(out_dir) / "tables.md"
+    path.write_text(tables(out_dir, data_dir))
+    return path
