@@ -62,3 +62,33 @@ def test_the_shared_vicuna_responses_hold_100x_the_key_dimension(shared_data, bu
     corpus = stats.responses_corpus(shared_data / "sage-responses")
     ids = stats._first_tokens(bundled_lm.tokenizer, corpus.text, 153_600)
     assert len(ids) >= 153_600
+
+
+@pytest.mark.slow
+def test_rome_on_the_self_generated_corpus_when_no_natural_text_is_found(
+        bundled_lm, countermoral_dir, tmp_path, monkeypatch, caplog):
+    """The default path on a machine without the Vicuna responses (offline): ROME builds its key
+    statistics from text the model generates, says so, caches both, and the edit takes."""
+    import hashlib
+    import logging
+
+    from sage.editing.base import EditContext, make_editor
+    from sage.editing.dataset import load_countermoral
+    from sage.editing.runner import evaluate
+
+    monkeypatch.setenv("SAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(stats, "responses_dir", lambda download=False: None)
+    req = load_countermoral(countermoral_dir, "deontology", "broad", 1)[0]
+    hp = {"v_steps": 12, "n_context": 2, "clamp_norm_factor": 10.0, "stats_tokens": 15360}
+    before = {k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in bundled_lm.model.state_dict().items()}
+    with caplog.at_level(logging.WARNING, logger="sage.editing.key_statistics"):
+        editor = make_editor("rome", hp, EditContext(pool=[req]))  # no --corpus
+        [row] = evaluate(editor, bundled_lm, [req], batch=False)
+    assert any("generates itself" in r.getMessage() for r in caplog.records)
+    corpora = list((tmp_path / "cache" / "corpora").glob("*-self-15360-s0.txt"))
+    assert len(corpora) == 1 and len(corpora[0].read_text()) > 15360  # characters > tokens
+    [note] = list((tmp_path / "cache" / "stats").rglob("*.json"))
+    assert json.loads(note.read_text())["source"] == "self-generated (15360 tokens, seed 0)"
+    assert row["post_p_new"] > 20 * row["pre_p_new"]  # the edit takes with these statistics
+    after = {k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in bundled_lm.model.state_dict().items()}
+    assert after == before  # and is undone exactly

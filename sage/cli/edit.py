@@ -24,9 +24,9 @@ _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 @click.option("--hparams", "hparams_file", default=None, type=click.Path(),
               help="JSON file of hyperparameter overrides for the method.")
 @click.option("--corpus", default=None, type=click.Path(),
-              help="Text or JSONL file for key statistics (default: the Vicuna-7B responses in "
-                   "sage-responses/ under SAGE_SHARED_DATA or ../shared/data; else text the model "
-                   "generates, with a warning).")
+              help="Text or JSONL file for key statistics (default: the SaGE authors' Vicuna-7B "
+                   "responses, dataset sage-responses, downloaded on first use when online; else "
+                   "text the model generates, with a warning).")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @executor_options

@@ -8,8 +8,8 @@ The text comes from, in this order:
 1. `--corpus FILE`: plain text, or JSONL (one JSON string or object per line; an object's
    "text" field, else all its string values);
 2. the default corpus: the SaGE authors' released Vicuna-7B answers and Rules of Thumb about
-   moral questions (`sage-responses/*.csv`, about 320K words; found through SAGE_SHARED_DATA or
-   ../shared/data), its distinct texts in a fixed shuffled order;
+   moral questions (`sage-responses/*.csv`, about 320K words; SAGE_SHARED_DATA, the sage cache
+   (`sage data download sage-responses`, fetched on first use when online) or ../shared/data), its distinct texts in a fixed shuffled order;
 3. a corpus the model generates itself from varied prefixes (cached), with a warning: it is
    not natural text.
 Results are cached on disk under `cache_dir()/stats/<model>/` keyed by layer, corpus hash and
@@ -109,13 +109,25 @@ def _jsonl_text(obj: Any) -> str:
     return ""
 
 
-def responses_dir() -> Path | None:
-    """The SaGE authors' Vicuna-7B response files (`sage-responses/`), if present."""
+def responses_dir(download: bool = False) -> Path | None:
+    """The SaGE authors' Vicuna-7B response files (`sage-responses/`): `$SAGE_SHARED_DATA`, the copy
+    `sage data download sage-responses` keeps in the sage cache, a development checkout's
+    `../shared/data`; with `download`, fetched into the cache when online (None when that fails)."""
+    from sage.data.download import ensure_dataset, local_dataset
+
     env = os.environ.get("SAGE_SHARED_DATA")
     candidates = [Path(env) / "sage-responses"] if env else []
+    cached = local_dataset("sage-responses")
+    candidates += [cached] if cached is not None else []
     candidates += [Path.cwd().parent / "shared" / "data" / "sage-responses",
                    Path(__file__).resolve().parents[3] / "shared" / "data" / "sage-responses"]
-    return next((c for c in candidates if c.is_dir() and any(c.glob("*.csv"))), None)
+    found = next((c for c in candidates if c.is_dir() and any(c.glob("*.csv"))), None)
+    if found is None and download:
+        try:
+            found = ensure_dataset("sage-responses")
+        except SageInputError as exc:  # offline or no network: the caller falls back, with a warning
+            log.warning("%s", exc)
+    return found
 
 
 def responses_corpus(directory: Path, seed: int = 0) -> Corpus:
@@ -141,11 +153,11 @@ def responses_corpus(directory: Path, seed: int = 0) -> Corpus:
 
 def default_corpus(model: Any, tokenizer: Any, n_tokens: int, seed: int = 0) -> Corpus:
     """The default statistics corpus: the Vicuna-7B responses if present, else self-generated."""
-    found = responses_dir()
+    found = responses_dir(download=True)
     if found is not None:
         return responses_corpus(found)
-    log.warning("no natural-text corpus found (sage-responses/ under SAGE_SHARED_DATA or "
-                "../shared/data); key statistics come from text the model generates itself, "
+    log.warning("no natural-text corpus found (`sage data download sage-responses` fetches the "
+                "default one); key statistics come from text the model generates itself, "
                 "which is not natural text: pass --corpus FILE for trustworthy statistics")
     return self_generated_corpus(model, tokenizer, n_tokens, seed)
 
