@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import executor_options, pop_executor
+from sage.cli.options import executor_options, pop_executor, precision_options
 
 _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 
@@ -29,9 +29,10 @@ _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
                    "text the model generates, with a warning).")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@precision_options
 @executor_options
 def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch, hparams_file,
-            corpus, device, seed, **executor_kw):
+            corpus, device, seed, dtype, device_map, **executor_kw):
     """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood.
 
     With --executor ray, the (method, framework, entry) units of the sweep run on a Ray cluster."""
@@ -44,6 +45,7 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
     from sage.editing.sharded import run_sweep
     from sage.editing.tables import write_tables
     from sage.executors import make_executor
+    from sage.models.causal_lm import resolve_dtype
     from sage.settings import default_device
 
     executor_name, executor_opts = pop_executor(executor_kw)
@@ -63,7 +65,8 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
     cfgs = [RunConfig(method=m, frameworks=frameworks, subset=subset, model=model,
                       out=Path(out_dir), data=str(data), limit=limit, batch=batch,
                       overrides=overrides, corpus=corpus,
-                      device=device or default_device(), seed=seed)
+                      device=device or default_device(), seed=seed,
+                      dtype=resolve_dtype(dtype, device or default_device()), device_map=device_map)
             for m in methods]
     with make_executor(executor_name, executor_opts) as executor:
         # Workers resolve the device themselves unless --device says (a CPU driver, GPU workers).

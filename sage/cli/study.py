@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import executor_options, pop_executor
+from sage.cli.options import executor_options, pop_executor, precision_options
 
 _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 
@@ -38,9 +38,11 @@ def command():
 @click.option("--corpus", default=None, type=click.Path(), help="Text file for key statistics.")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@precision_options
 @executor_options
 def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_dir, k, question_template,
-                     completion_tokens, answer_tokens, rot_tokens, hparams_file, corpus, device, seed, **executor_kw):
+                     completion_tokens, answer_tokens, rot_tokens, hparams_file, corpus, device, seed, dtype, device_map,
+            **executor_kw):
     """Before/after-edit SGE and baselines on completions and open-question answers and RoTs.
 
     With --executor ray, the pre-edit texts and each method's edits run as per-entry units on a Ray
@@ -51,6 +53,7 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
     from sage.editing.base import load_overrides
     from sage.editing.dataset import default_data_dir
     from sage.errors import SageInputError
+    from sage.models.causal_lm import resolve_dtype
     from sage.settings import default_device
     from sage.studies.edit_consistency import StudyConfig, run_study
     from sage.studies.probes import DEFAULT_QUESTION_TEMPLATE
@@ -67,7 +70,8 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
         data=str(data_dir) if data_dir else None, k=k,
         question_template=question_template or DEFAULT_QUESTION_TEMPLATE,
         completion_tokens=completion_tokens, answer_tokens=answer_tokens, rot_tokens=rot_tokens,
-        overrides=overrides, corpus=corpus, device=device or default_device(), seed=seed)
+        overrides=overrides, corpus=corpus, device=device or default_device(), seed=seed,
+        dtype=resolve_dtype(dtype, device or default_device()), device_map=device_map)
     if cfg.data is None:  # options are validated above before CounterMoral is located (or downloaded)
         cfg = replace(cfg, data=str(default_data_dir()))
     from sage.executors import make_executor

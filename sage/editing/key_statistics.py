@@ -55,11 +55,15 @@ class _Stop(Exception):
 
 def model_key(model: Any) -> str:
     """Identity of the (unedited) model: name, architecture and a hash of its embedding rows."""
+    import torch
+
     from sage.editing.handles import tensor_hash
 
     cfg = model.config
     emb = model.get_input_embeddings().weight[:64]
     raw = f"{getattr(cfg, '_name_or_path', '')}|{cfg.architectures}|{tensor_hash(emb)}"
+    if emb.dtype != torch.float32:  # keys of a bfloat16 model differ; float32 caches keep their names
+        raw += f"|{emb.dtype}"
     name = Path(str(getattr(cfg, "_name_or_path", "") or "model")).name or "model"
     return f"{name}-{hashlib.sha256(raw.encode()).hexdigest()[:12]}"
 

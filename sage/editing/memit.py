@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class MemitHParams(ValueOptHParams):
     layers: tuple[int, ...] = (3, 4, 5, 6)  # see sage/editing/TUNING.md
-    cov_weight: float = 100.0  # lambda (mom2_update_weight) in (lambda C + K K^T); C the per-token mean
+    cov_weight: float = 1000.0  # lambda (mom2_update_weight) in (lambda C + K K^T), C the per-token mean; TUNING.md
 
     def __post_init__(self):
         super().__post_init__()

@@ -39,6 +39,8 @@ class RunConfig:
     corpus: str | None = None
     device: str = "cpu"
     seed: int = 0
+    dtype: str = "float32"  # the weights'; editing numerics stay in float32/float64 whatever it is
+    device_map: str | None = None
 
 
 def run_dir(cfg: RunConfig) -> Path:
@@ -104,8 +106,11 @@ def method_settings(method: str, seed: int, overrides: dict[str, Any], corpus: s
 
 def run_settings(cfg: RunConfig) -> dict:
     """What a run's per-entry results depend on (a rerun with other settings is refused)."""
-    return {**method_settings(cfg.method, cfg.seed, cfg.overrides, cfg.corpus),
-            "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model}
+    out = {**method_settings(cfg.method, cfg.seed, cfg.overrides, cfg.corpus),
+           "subset": cfg.subset, "batch": cfg.batch, "model": cfg.model}
+    if cfg.dtype != "float32":  # named only when not the default, so float32 runs resume as before
+        out["dtype"] = cfg.dtype
+    return out
 
 
 def _load_diagnostics(out: Path) -> dict:
@@ -132,7 +137,8 @@ def run(cfg: RunConfig, lm=None) -> dict:
         todo = [r for r in reqs if r.uid not in done]
         if not todo:
             continue
-        lm = lm or load_causal_lm(cfg.model, device=cfg.device)  # not loaded when only summarising
+        lm = lm or load_causal_lm(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                 device_map=cfg.device_map)  # not loaded when only summarising
         editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
                              editing_context(cfg.data, fw, cfg.subset, cfg.batch, cfg.device, cfg.corpus))
         if cfg.batch and not editor.supports_batch:

@@ -65,7 +65,8 @@ class EditWorker:
         from sage.models.causal_lm import load_causal_lm
 
         cfg = replace(unit.cfg, device=self.device)
-        lm = load_causal_lm(cfg.model, device=self.device)  # loaded once per process
+        lm = load_causal_lm(cfg.model, device=self.device, dtype=cfg.dtype,
+                            device_map=cfg.device_map)  # loaded once per process
         wanted = set(unit.uids)
         reqs = [r for r in load_countermoral(cfg.data, unit.framework, cfg.subset, cfg.limit) if r.uid in wanted]
         return evaluate(self._editor_for(cfg, unit.framework), lm, reqs, batch=cfg.batch)

@@ -55,6 +55,8 @@ class StudyConfig:
     device: str = "cpu"
     seed: int = 0
     n_boot: int = 2000
+    dtype: str = "float32"  # the weights'; editing numerics stay in float32/float64
+    device_map: str | None = None
 
     def __post_init__(self):
         from sage.editing.base import EDITORS
@@ -99,7 +101,8 @@ class _Study:
         self.out = Path(cfg.out)
         self.entries = [r for fw in cfg.frameworks
                         for r in load_countermoral(cfg.data, fw, cfg.subset, cfg.limit)]
-        self.lm = lm or load_causal_lm(cfg.model, device=cfg.device)
+        self.lm = lm or load_causal_lm(cfg.model, device=cfg.device, dtype=cfg.dtype,
+                                        device_map=cfg.device_map)
         self.spec = resolve_model(cfg.model)
         self.fmt = self.spec.format
         # The unedited model: cached generation (paraphrases, pre-edit text, every RoT).
@@ -131,7 +134,10 @@ class _Study:
         """What every state's stored texts depend on (a rerun with other values is refused)."""
         keys = ("model", "subset", "seed", "k", "min_parascore", "question_template", "paraphrase_tokens",
                 "paraphrase_attempts", "completion_tokens", "answer_tokens", "rot_tokens")
-        return {k: getattr(self.cfg, k) for k in keys}
+        out = {k: getattr(self.cfg, k) for k in keys}
+        if self.cfg.dtype != "float32":  # named only when not the default: float32 runs resume as before
+            out["dtype"] = self.cfg.dtype
+        return out
 
     def collect(self, backend, scorer, reqs: Sequence[EditRequest], open_qs: dict[str, list[str]]):
         """Completions and open-question answers of the current model state, per entry."""
