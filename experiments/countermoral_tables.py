@@ -40,8 +40,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from sage.editing.dataset import FRAMEWORKS, default_data_dir
-    from sage.editing.tables import write_tables
     from sage.editing.runner import RunConfig, run
+    from sage.editing.tables import write_tables
     from sage.errors import SageInputError
     from sage.models.causal_lm import load_causal_lm
     from sage.provenance import provenance

@@ -16,7 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO.parent / "shared" / "data" / "sage-quality100" / "q100_gpt_3.5_rot.csv"
 METRICS = [("sge", "SGE"), ("bleu", "BLEU"), ("rouge_l", "ROUGE-L"), ("bertscore", "BERTScore"), ("cosine", "Cosine")]

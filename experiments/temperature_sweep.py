@@ -36,9 +36,9 @@ def main(argv=None) -> int:
 
     import pandas as pd
 
+    from sage.data.questions import read_questions
     from sage.errors import SageInputError
     from sage.pipeline import PipelineConfig, generate_answers
-    from sage.data.questions import read_questions
     from sage.provenance import provenance
     from sage.scoring import score_responses
 

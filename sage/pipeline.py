@@ -16,14 +16,20 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sage.api import SamplingParams
+from sage.data.files import write_table
+from sage.data.questions import read_questions, read_string_table
+from sage.data.records import RecordStore
 from sage.errors import SageInputError
 from sage.executors import ExecutorOptions, make_executor
 from sage.generation.base import BackendOptions, make_backend
 from sage.generation.models import resolve_model
-from sage.data.files import write_table
-from sage.data.questions import read_questions, read_string_table
-from sage.data.records import RecordStore
-from sage.generation.stages import answer_items, clean_answer, clean_rot, rot_items, run_items
+from sage.generation.stages import (
+    answer_items,
+    clean_answer,
+    clean_rot,
+    rot_items,
+    run_items,
+)
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +158,11 @@ def generate_paraphrases(cfg: PipelineConfig, backends: _Backends | None = None,
 
     from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
     from sage.paraphrase.stage import (
-        ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage, stage_report,
+        ParaphraseConfig,
+        candidates_table,
+        paraphrase_table,
+        run_paraphrase_stage,
+        stage_report,
         user_paraphrase_table,
     )
 

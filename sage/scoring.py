@@ -19,7 +19,14 @@ from tqdm.auto import tqdm
 from sage.data.responses import as_responses, load_responses, write_responses
 from sage.errors import SageInputError
 from sage.metrics.question_metrics import (
-    BASELINES, COLUMN_EDGE, LABELS, QUESTION_METRICS, QuestionView, column_edge_applies, edge_column, is_column_edge,
+    BASELINES,
+    COLUMN_EDGE,
+    LABELS,
+    QUESTION_METRICS,
+    QuestionView,
+    column_edge_applies,
+    edge_column,
+    is_column_edge,
 )
 from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
 from sage.metrics.stats import bootstrap_mean_ci
@@ -164,7 +171,12 @@ def score_responses(
     finishes (and `ScoreResult.responses`/`.edges` stay None); otherwise they are returned.
     `model_name` labels every row; `default_model` labels a table without a model column."""
     from sage.data.pair_layout import is_pair_layout
-    from sage.data.response_stream import Labels, index_table, peek_columns, question_chunks
+    from sage.data.response_stream import (
+        Labels,
+        index_table,
+        peek_columns,
+        question_chunks,
+    )
     from sage.data.responses import canonical_order
     from sage.data.table_sink import TableSink
 

@@ -7,10 +7,15 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sage.annotation.agreement import agreement, agreement_markdown, count_table, rating_matrix
-from sage.errors import SageInputError
 from test_annotation_data import synthetic_annotators
+
+from sage.annotation.agreement import (
+    agreement,
+    agreement_markdown,
+    count_table,
+    rating_matrix,
+)
+from sage.errors import SageInputError
 
 CATS = ("entailment", "neutral", "contradiction")
 

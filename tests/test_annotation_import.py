@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_annotation_data import responses_frame
 
-from sage.annotation.labels import detect_scheme, normalise_label
 from sage.annotation.importer import detect_annotator_columns, read_labels
+from sage.annotation.labels import detect_scheme, normalise_label
 from sage.annotation.pairs import build_pairs
 from sage.errors import SageInputError
-from test_annotation_data import responses_frame
 
 
 @pytest.fixture()

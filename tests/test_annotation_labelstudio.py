@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from test_annotation_data import responses_frame
 
 REPO = Path(__file__).resolve().parents[1]

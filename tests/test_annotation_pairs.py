@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_annotation_data import QUESTIONS, responses_frame
 
 from sage.annotation.export import labeling_config, labelstudio_tasks, write_exports
 from sage.annotation.importer import read_labels, read_pairs
 from sage.annotation.pairs import build_pairs, content_hash, pair_id
 from sage.errors import SageInputError
-from test_annotation_data import QUESTIONS, responses_frame
 
 
 def test_all_pairs_per_question_and_model():

@@ -8,13 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from test_annotation_data import designed_questions
 
 from sage.annotation.correlation import (
-    _kendall_rows, _pearson_rows, _spearman_rows, correlation_markdown, human_consistency, metric_columns,
-    paired_difference, run_correlation,
+    _kendall_rows,
+    _pearson_rows,
+    _spearman_rows,
+    correlation_markdown,
+    human_consistency,
+    metric_columns,
+    paired_difference,
+    run_correlation,
 )
 from sage.errors import SageInputError
-from test_annotation_data import designed_questions
 
 finite = st.floats(-5, 5, allow_nan=False).map(lambda v: round(v, 2))  # rounding makes ties likely
 

@@ -7,7 +7,12 @@ import pytest
 
 from sage.api import TargetScore, TargetScorer
 from sage.editing.dataset import EditRequest
-from sage.editing.entry_measures import aggregate, entry_metrics, neighbourhood_measures, observe
+from sage.editing.entry_measures import (
+    aggregate,
+    entry_metrics,
+    neighbourhood_measures,
+    observe,
+)
 
 
 def ts(p: float, argmax=(1,), acc=0.0, routed=None) -> TargetScore:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from editing_helpers import assert_suffix_rows_match_full_forward
 
 from sage.editing.base import make_editor
 from sage.editing.handles import state_hashes
 from sage.editing.profiles import PROFILES, profile_for
 from sage.models.causal_lm import LoadedModel
-from editing_helpers import assert_suffix_rows_match_full_forward
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # loads the bundled model
 

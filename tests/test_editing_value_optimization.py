@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from editing_helpers import assert_suffix_rows_match_full_forward
 
 from sage.editing.capture import context_templates, subject_activations, subject_keys
-from sage.editing.value_optimization import DeltaSettings, optimize_delta, optimize_deltas
 from sage.editing.dataset import load_countermoral
 from sage.editing.profiles import profile_for
-from editing_helpers import assert_suffix_rows_match_full_forward
+from sage.editing.value_optimization import (
+    DeltaSettings,
+    optimize_delta,
+    optimize_deltas,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -6,8 +6,8 @@ import pytest
 
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
-from sage.editing.handles import state_hashes
 from sage.editing.entry_measures import observe
+from sage.editing.handles import state_hashes
 from sage.editing.scorer import LMScorer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

@@ -55,10 +55,9 @@ def test_same_alias_under_two_backends_gets_each_backends_own_text(both_backends
 
 def _tiny_llama(path, seed: int) -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from sage.models.causal_lm import model_dir
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir("smollm2-135m")))
     torch.manual_seed(seed)

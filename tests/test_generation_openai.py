@@ -4,8 +4,8 @@ real HTTP proxy (429, 500, slow responses, dropped connections). Needs `llama-cp
 from __future__ import annotations
 
 import http.client
-import json
 import importlib.util
+import json
 import socket
 import subprocess
 import sys
@@ -310,10 +310,10 @@ def test_judge_p_yes_from_server_top_logprobs_equals_llamacpp_logits(llama_serve
     the first position's top_logprobs equals a softmax over the two tokens' logits that llama.cpp
     computes in process for the same prompt."""
     import numpy as np
+    from judge_helpers import ANSWERS, QUESTION, llamacpp_direct_p_yes
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
-    from judge_helpers import ANSWERS, QUESTION, llamacpp_direct_p_yes
     from sage.metrics.judge import JudgeSimilarity
     from sage.models.causal_lm import model_dir
     from sage.models.resolve import bundled_generator_gguf
@@ -335,8 +335,8 @@ def test_judge_p_yes_from_server_top_logprobs_equals_llamacpp_logits(llama_serve
 
 def test_judge_without_logprobs_falls_back_to_the_greedy_answer_with_a_warning(proxy, tmp_path):
     import pandas as pd
-
     from judge_helpers import ANSWERS, QUESTION
+
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import score_responses
 

@@ -8,13 +8,25 @@ import pytest
 from click.testing import CliRunner
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.errors import SageInputError
-from sage.generation.base import BACKENDS, BackendError, BackendOptions, build_requests, make_backend, request_seed
-from sage.generation.cache import request_key
-from sage.generation.models import MODELS, PROMPT_FORMATS, resolve_model
 from sage.data.questions import read_questions
 from sage.data.records import RecordStore
-from sage.generation.stages import answer_messages, clean_answer, clean_rot, rot_messages
+from sage.errors import SageInputError
+from sage.generation.base import (
+    BACKENDS,
+    BackendError,
+    BackendOptions,
+    build_requests,
+    make_backend,
+    request_seed,
+)
+from sage.generation.cache import request_key
+from sage.generation.models import MODELS, PROMPT_FORMATS, resolve_model
+from sage.generation.stages import (
+    answer_messages,
+    clean_answer,
+    clean_rot,
+    rot_messages,
+)
 from sage.paraphrase.stage import normalize, paraphrase_messages, parse_candidates
 
 

@@ -46,6 +46,7 @@ def test_candidate_logprobs_match_the_greedy_token_and_the_judge(backend, bundle
     """vLLM's top-20 list gives the judge's candidates; the greedy token's own log-prob agrees, and
     P(yes) is close to the transformers model's direct two-token softmax (vLLM runs bf16/fp16 kernels)."""
     from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes
+
     from sage.generation.base import build_requests
     from sage.generation.models import resolve_model
     from sage.metrics.judge import judge_messages, p_yes_from_logprobs

@@ -6,7 +6,13 @@ import random
 
 import pytest
 
-from sage.paraphrase.parascore import DEFAULT_THRESHOLD, GAMMA, ParaScorer, diversity, edit_distance
+from sage.paraphrase.parascore import (
+    DEFAULT_THRESHOLD,
+    GAMMA,
+    ParaScorer,
+    diversity,
+    edit_distance,
+)
 
 SOURCES = ["Is it wrong to lie to a friend to spare their feelings?"] * 4
 CANDIDATES = [

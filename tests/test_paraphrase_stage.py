@@ -5,12 +5,17 @@ import importlib.util
 
 import pytest
 
-from sage.generation.base import BackendOptions, make_backend
-from sage.generation.models import resolve_model
 from sage.data.questions import read_questions
 from sage.data.records import RecordStore
+from sage.generation.base import BackendOptions, make_backend
+from sage.generation.models import resolve_model
 from sage.paraphrase.parascore import ParaScorer
-from sage.paraphrase.stage import ParaphraseConfig, candidates_table, paraphrase_table, run_paraphrase_stage
+from sage.paraphrase.stage import (
+    ParaphraseConfig,
+    candidates_table,
+    paraphrase_table,
+    run_paraphrase_stage,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -19,8 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sage.annotation.labels import SCHEMES, check_scheme, detect_scheme, fits_scheme, normalise_label
-from sage.annotation.matching import Miss, TextIndex, check_against_pairs, is_local, local_pair_id, question_sort_key
+from sage.annotation.labels import (
+    SCHEMES,
+    check_scheme,
+    detect_scheme,
+    fits_scheme,
+    normalise_label,
+)
+from sage.annotation.matching import (
+    Miss,
+    TextIndex,
+    check_against_pairs,
+    is_local,
+    local_pair_id,
+    question_sort_key,
+)
 from sage.annotation.pairs import PAIR_COLUMNS
 from sage.data import files
 from sage.errors import SageInputError

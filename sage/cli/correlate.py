@@ -44,7 +44,12 @@ log = logging.getLogger(__name__)
 def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, ignore_unknown, definition, aggregate,
             kind, model, metrics, methods, compares, primary, min_pairs, n_boot, seed, out_dir):
     """Spearman/Kendall/Pearson of human consistency with each metric, bootstrap CIs, paired tests."""
-    from sage.annotation.correlation import correlation_markdown, metric_columns, read_questions, run_correlation
+    from sage.annotation.correlation import (
+        correlation_markdown,
+        metric_columns,
+        read_questions,
+        run_correlation,
+    )
     from sage.annotation.importer import read_labels, read_pairs, unmatched_note
     from sage.annotation.pairs import build_pairs
     from sage.data.responses import read_responses

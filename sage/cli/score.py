@@ -5,7 +5,13 @@ from pathlib import Path
 
 import click
 
-from sage.cli.options import csv_list, executor_options, pop_executor, precision_options, preset_option
+from sage.cli.options import (
+    csv_list,
+    executor_options,
+    pop_executor,
+    precision_options,
+    preset_option,
+)
 
 
 def _print_summary(summary: dict) -> None:

@@ -12,7 +12,12 @@ import logging
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
-from sage.generation.base import BACKENDS, BackendOptions, first_token_after, request_seed
+from sage.generation.base import (
+    BACKENDS,
+    BackendOptions,
+    first_token_after,
+    request_seed,
+)
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
-from sage.generation.base import BACKENDS, BackendError, BackendOptions, PartialBatchError, request_seed
+from sage.generation.base import (
+    BACKENDS,
+    BackendError,
+    BackendOptions,
+    PartialBatchError,
+    request_seed,
+)
 
 log = logging.getLogger(__name__)
 

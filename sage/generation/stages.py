@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from sage.api import GenerationBackend, SamplingParams
+from sage.data.records import RecordStore
 from sage.generation.base import build_requests
 from sage.generation.models import PromptFormat
-from sage.data.records import RecordStore
 
 log = logging.getLogger(__name__)
 

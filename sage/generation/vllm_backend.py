@@ -11,7 +11,13 @@ import logging
 from typing import Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
-from sage.generation.base import BACKENDS, BackendError, BackendOptions, first_token_after, request_seed
+from sage.generation.base import (
+    BACKENDS,
+    BackendError,
+    BackendOptions,
+    first_token_after,
+    request_seed,
+)
 
 log = logging.getLogger(__name__)
 

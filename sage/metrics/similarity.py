@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
-
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 

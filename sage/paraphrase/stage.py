@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass, field
 
 from sage.api import GenerationBackend, SamplingParams
+from sage.data.records import RecordStore
 from sage.errors import SageInputError
 from sage.generation.base import build_requests
 from sage.generation.models import PromptFormat
-from sage.data.records import RecordStore
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from sage.data.records import RecordStore
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.errors import SageInputError
-from sage.data.records import RecordStore
 from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
 
@@ -113,7 +113,11 @@ class _Study:
     # ------------------------------------------------------------------ open questions
     def open_paraphrases(self) -> dict[str, list[str]]:
         from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
-        from sage.paraphrase.stage import ParaphraseConfig, paraphrase_table, run_paraphrase_stage
+        from sage.paraphrase.stage import (
+            ParaphraseConfig,
+            paraphrase_table,
+            run_paraphrase_stage,
+        )
 
         cfg = self.cfg
         questions = pd.DataFrame({"question_id": [r.uid for r in self.entries],

@@ -18,7 +18,12 @@ from typing import Any, Sequence
 from sage.api import GenerationBackend, SamplingParams
 from sage.editing.dataset import EditRequest
 from sage.generation.base import build_requests
-from sage.generation.stages import ANSWER_INSTRUCTION, clean_answer, clean_rot, rot_messages
+from sage.generation.stages import (
+    ANSWER_INSTRUCTION,
+    clean_answer,
+    clean_rot,
+    rot_messages,
+)
 
 COMPLETION_PROBES = ("action", "relation", "neighbourhood")
 OPEN_PROBES = ("answers", "rots")
