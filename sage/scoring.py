@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from sage.data.responses import as_responses, load_responses, write_responses
 from sage.errors import SageInputError
+from sage.heap import fix_mmap_threshold, release_free_heap
 from sage.metrics.question_metrics import (
     BASELINES,
     COLUMN_EDGE,
@@ -209,6 +210,7 @@ def score_responses(
     question_rows: list[dict] = []
     n_chunks = -(-sum(v > 0 for v in index.valid_rows.values()) // config.chunk_questions)
     bar = tqdm(total=n_chunks, desc="scoring", disable=not progress, unit="chunk")
+    fix_mmap_threshold()  # memory flat over chunks (sage/heap.py)
     for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
         chunk = canonical_order(chunk.reset_index(drop=True))
         rows, edges = scorer.score(chunk)
@@ -218,6 +220,7 @@ def score_responses(
                 sinks[name].append(part)
             else:
                 kept[name].append(part)
+        release_free_heap()
         bar.update(1)
     bar.close()
     if sinks is not None:
