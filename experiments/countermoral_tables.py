@@ -35,6 +35,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N entries per framework")
     ap.add_argument("--data", default=None, help="CounterMoral directory (default ../shared/data/countermoral)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--summarize-only", action="store_true",
+                    help="edit nothing: summaries and tables from the entries already done (partial runs keep their counts)")
     ap.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "countermoral")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -50,11 +52,11 @@ def main(argv=None) -> int:
     jobs = [(m, False) for m in _names(args.methods)] + [(m, True) for m in _names(args.batch_methods)]
     args.out.mkdir(parents=True, exist_ok=True)
     try:
-        lm = load_causal_lm(args.model)
+        lm = None if args.summarize_only else load_causal_lm(args.model)
         for method, batch in jobs:
             cfg = RunConfig(method=method, frameworks=FRAMEWORKS, subset=args.subset, model=args.model,
                             out=args.out, data=str(data), limit=args.limit, batch=batch, seed=args.seed)
-            s = run(cfg, lm=lm)
+            s = run(cfg, lm=lm, edit=not args.summarize_only)
             logging.info("%s%s: %d entries, reliability %.3f", method, " (batch)" if batch else "",
                          s["n_entries"], s["overall"]["reliability"]["mean"])
     except SageInputError as exc:

@@ -59,6 +59,13 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     kill_when(cmd, ENV, lambda: [path], 1)  # killed while working on the second entry
     before = path.read_text().splitlines()
     assert 1 <= len(before) < 4
+    # a partial run can be summarised as it stands, marked with its count, editing nothing
+    from sage.editing.runner import RunConfig, run
+
+    partial = run(RunConfig(method="ft-m", frameworks=("deontology",), out=out, data=str(countermoral_dir),
+                            limit=4, overrides=FT), edit=False)
+    assert (partial["n_entries"], partial["n_expected"]) == (len(before), 4)
+    assert path.read_text().splitlines() == before
     kill_when(cmd, ENV, lambda: [path], len(before) + 1)  # restarted, killed again
     done = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -121,8 +121,9 @@ def _load_diagnostics(out: Path) -> dict:
         return {}
 
 
-def run(cfg: RunConfig, lm=None) -> dict:
-    """Run one method over the configured frameworks; returns the summary dict."""
+def run(cfg: RunConfig, lm=None, edit: bool = True) -> dict:
+    """Run one method over the configured frameworks; returns the summary dict. `edit=False`
+    only summarises the entries already done (a partial run, marked with its count)."""
     from sage.models.causal_lm import load_causal_lm
 
     data = {fw: load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) for fw in cfg.frameworks}
@@ -135,7 +136,7 @@ def run(cfg: RunConfig, lm=None) -> dict:
     diagnostics = _load_diagnostics(out)
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
-        if not todo:
+        if not todo or not edit:
             continue
         lm = lm or load_causal_lm(cfg.model, device=cfg.device, dtype=cfg.dtype,
                                  device_map=cfg.device_map)  # not loaded when only summarising
