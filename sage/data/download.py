@@ -76,6 +76,24 @@ def local_dataset(name: str, files: Iterable[str] | None = None, to: str | Path 
     return root if all(_present(root, f) for f in _selected(ds, files)) else None
 
 
+def development_copy(name: str, folder: str) -> Path | None:
+    """A dataset found without the network, in order: `$SAGE_SHARED_DATA/<folder>` when that
+    variable is set and the folder exists (development, tests); the verified copy in the sage
+    cache; a development checkout's `../shared/data/<folder>` (only when SAGE_SHARED_DATA is unset)."""
+    env = os.environ.get("SAGE_SHARED_DATA")
+    if env and (Path(env) / folder).is_dir():
+        return Path(env) / folder
+    cached = local_dataset(name)
+    if cached is not None:
+        return cached
+    if not env:
+        for path in (Path.cwd().parent / "shared" / "data" / folder,
+                     Path(__file__).resolve().parents[3] / "shared" / "data" / folder):
+            if path.is_dir():
+                return path
+    return None
+
+
 class _ChecksumMismatch(Exception):
     pass
 

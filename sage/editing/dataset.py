@@ -7,7 +7,6 @@ field, and saying how to fix it. Both spellings `neighborhood_prompts` (the publ
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -54,19 +53,11 @@ def default_data_dir() -> Path:
     else the pinned files are downloaded into the cache now, or, offline or without network, one
     line says how to get them.
     """
-    from sage.data.download import ensure_dataset, local_dataset
+    from sage.data.download import development_copy, ensure_dataset
 
-    env = os.environ.get("SAGE_SHARED_DATA")
-    if env and (Path(env) / "countermoral").is_dir():
-        return Path(env) / "countermoral"
-    cached = local_dataset("countermoral")
-    if cached is not None:
-        return cached
-    if not env:
-        for path in (Path.cwd().parent / "shared" / "data" / "countermoral",
-                     Path(__file__).resolve().parents[3] / "shared" / "data" / "countermoral"):
-            if path.is_dir():
-                return path
+    found = development_copy("countermoral", "countermoral")
+    if found is not None:
+        return found
     return ensure_dataset("countermoral", hint=", or pass --data DIR (a folder with <framework>/entries.json)")
 
 

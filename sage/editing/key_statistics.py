@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -117,15 +116,11 @@ def responses_dir(download: bool = False) -> Path | None:
     """The SaGE authors' Vicuna-7B response files (`sage-responses/`): `$SAGE_SHARED_DATA`, the copy
     `sage data download sage-responses` keeps in the sage cache, a development checkout's
     `../shared/data`; with `download`, fetched into the cache when online (None when that fails)."""
-    from sage.data.download import ensure_dataset, local_dataset
+    from sage.data.download import development_copy, ensure_dataset
 
-    env = os.environ.get("SAGE_SHARED_DATA")
-    candidates = [Path(env) / "sage-responses"] if env else []
-    cached = local_dataset("sage-responses")
-    candidates += [cached] if cached is not None else []
-    candidates += [Path.cwd().parent / "shared" / "data" / "sage-responses",
-                   Path(__file__).resolve().parents[3] / "shared" / "data" / "sage-responses"]
-    found = next((c for c in candidates if c.is_dir() and any(c.glob("*.csv"))), None)
+    found = development_copy("sage-responses", "sage-responses")
+    if found is not None and not any(found.glob("*.csv")):
+        found = None
     if found is None and download:
         try:
             found = ensure_dataset("sage-responses")
