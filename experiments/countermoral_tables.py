@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from sage.editing.dataset import FRAMEWORKS, default_data_dir
-    from sage.editing.runner import RunConfig, run
+    from sage.editing.runner import RunConfig, run, run_dir
     from sage.editing.tables import write_tables
     from sage.errors import SageInputError
     from sage.models.causal_lm import load_causal_lm
@@ -56,9 +56,12 @@ def main(argv=None) -> int:
         for method, batch in jobs:
             cfg = RunConfig(method=method, frameworks=FRAMEWORKS, subset=args.subset, model=args.model,
                             out=args.out, data=str(data), limit=args.limit, batch=batch, seed=args.seed)
+            if args.summarize_only and not (run_dir(cfg) / "entries.jsonl").exists():
+                continue  # never started: no summary claiming "0 of N"
             s = run(cfg, lm=lm, edit=not args.summarize_only)
-            logging.info("%s%s: %d entries, reliability %.3f", method, " (batch)" if batch else "",
-                         s["n_entries"], s["overall"]["reliability"]["mean"])
+            logging.info("%s%s: %d of %d entries, reliability %.3f", method, " (batch)" if batch else "",
+                         s["n_entries"], s["n_expected"],
+                         s["overall"].get("reliability", {}).get("mean", float("nan")))
     except SageInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

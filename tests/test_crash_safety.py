@@ -75,6 +75,11 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     assert path.read_text().splitlines()[: len(before)] == before  # finished entries kept as they were
     summary = json.loads((out / "ft-m" / "broad" / "summary.json").read_text())
     assert summary["n_entries"] == 4
+    # every entry's whole cost (scoring before and after + edit) is recorded, summed in the summary
+    assert all(r["group_seconds"] >= r["edit_seconds"] > 0 for r in rows)
+    seconds = summary["seconds"]
+    assert seconds["entries_timed"] == 4
+    assert seconds["total"] == pytest.approx(sum(r["group_seconds"] for r in rows))
 
 
 _PARAPHRASE = textwrap.dedent("""

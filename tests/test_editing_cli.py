@@ -60,3 +60,23 @@ def test_batch_refused_for_single_edit_methods(bundled_lm, countermoral_dir, tmp
                                    "--limit", "1", "--batch", "--data", str(countermoral_dir),
                                    "--out", str(tmp_path)])
     assert res.exit_code == 2 and "does not batch" in res.output
+
+
+def test_edit_command_keeps_the_editors_diagnostics_in_the_summary(bundled_lm, countermoral_dir, tmp_path):
+    """`sage edit` runs through the sweep's workers; what their editors report (here the trained
+    SERAC's scope accuracy on entries it was not trained on) must still reach summary.json."""
+    from sage.cli.main import cli
+
+    hp = tmp_path / "serac.json"
+    hp.write_text(json.dumps({"cls_epochs": 1, "cls_max_pairs": 300, "cf_steps": 10, "cf_layers": 2}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["edit", "--method", "serac", "--framework", "deontology", "--limit", "1",
+                                   "--data", str(countermoral_dir), "--out", str(out), "--hparams", str(hp)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "serac" / "broad" / "summary.json").read_text())
+    info = summary["editor"]["deontology"]
+    assert info["held_out_entries"] == 90  # the other three frameworks' broad entries
+    assert info["classifier"]["pairs"] == 300 and info["counterfactual"]["steps"] == 10
+    acc = info["scope_accuracy_under_test"]
+    assert acc["n_entries"] == 30 and 0 <= acc["balanced_accuracy"] <= 1
+    assert summary["seconds"]["entries_timed"] == 1

@@ -132,7 +132,7 @@ def _edit_configs(countermoral_dir, out):
 
 
 def _comparable(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k != "edit_seconds"}
+    return {k: v for k, v in row.items() if k not in ("edit_seconds", "group_seconds")}
 
 
 def test_editing_sweep_on_ray_equals_sequential_even_with_a_lost_worker(executor, ray_cluster, countermoral_dir,

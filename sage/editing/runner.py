@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from sage.data.records import RecordStore
 from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
@@ -79,6 +81,7 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
     groups = [list(requests)] if batch else [[r] for r in requests]
     rows = []
     for group in groups:
+        start = time.perf_counter()
         pres = [observe(base, r) for r in group]
         t0 = time.perf_counter()
         handle = editor.apply(lm, group)
@@ -89,9 +92,12 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
             extra = during(scorer, group) if during is not None else None
         finally:
             handle.restore()
+        # The whole group's cost (scoring before and after, edit, restore): what a full run's
+        # CPU-time estimate is built from; edit_seconds alone leaves out the evaluation.
+        wall = time.perf_counter() - start
         for r, pre, post in zip(group, pres, posts):
             rows.append({"uid": r.uid, "framework": r.framework, "edit_seconds": seconds,
-                         "batch_size": len(group), **entry_metrics(pre, post),
+                         "group_seconds": wall, "batch_size": len(group), **entry_metrics(pre, post),
                          **({"during": extra[r.uid]} if extra is not None else {})})
     return rows
 
@@ -113,6 +119,19 @@ def run_settings(cfg: RunConfig) -> dict:
     return out
 
 
+def run_seconds(rows: Sequence[dict]) -> dict:
+    """Seconds spent per entry (a batch's cost shared among its entries), edit alone and the whole
+    evaluation, over the entries that recorded it (runs before `group_seconds` lack it)."""
+    timed = [r for r in rows if "group_seconds" in r]
+    if not timed:
+        return {}
+    per_entry = [r["group_seconds"] / r.get("batch_size", 1) for r in timed]
+    edit = [r["edit_seconds"] / r.get("batch_size", 1) for r in timed]
+    return {"entries_timed": len(timed), "per_entry_median": float(np.median(per_entry)),
+            "per_entry_mean": float(np.mean(per_entry)), "edit_per_entry_mean": float(np.mean(edit)),
+            "total": float(np.sum(per_entry))}
+
+
 def _load_diagnostics(out: Path) -> dict:
     """Editor diagnostics of earlier sittings of a resumed run (kept in its summary)."""
     try:
@@ -121,9 +140,10 @@ def _load_diagnostics(out: Path) -> dict:
         return {}
 
 
-def run(cfg: RunConfig, lm=None, edit: bool = True) -> dict:
+def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = None) -> dict:
     """Run one method over the configured frameworks; returns the summary dict. `edit=False`
-    only summarises the entries already done (a partial run, marked with its count)."""
+    only summarises the entries already done (a partial run, marked with its count).
+    `diagnostics`: per framework, what editors run elsewhere reported (a sweep's workers)."""
     from sage.models.causal_lm import load_causal_lm
 
     data = {fw: load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) for fw in cfg.frameworks}
@@ -133,7 +153,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True) -> dict:
     # One record per entry, keyed by its uid, through the shared torn-tail-safe store.
     store = RecordStore(out / "entries.jsonl", key_field="uid")
     done = store.records
-    diagnostics = _load_diagnostics(out)
+    diagnostics = {**_load_diagnostics(out), **(diagnostics or {})}
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
         if not todo or not edit:
@@ -159,7 +179,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True) -> dict:
         **settings, "limit": cfg.limit, "versions": package_versions(), "git": git_revision(),
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
         "overall": aggregate(rows), "n_entries": len(rows), "n_expected": len(wanted),
-        "editor": diagnostics,
+        "editor": diagnostics, "seconds": run_seconds(rows),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

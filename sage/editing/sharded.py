@@ -61,7 +61,8 @@ class EditWorker:
             self._editor_key = key
         return self._editor
 
-    def run(self, unit: EditUnit) -> list[dict]:
+    def run(self, unit: EditUnit) -> tuple[list[dict], dict]:
+        """(the unit's rows, the editor's diagnostics, e.g. SERAC's scope accuracy)."""
         from sage.models.causal_lm import load_causal_lm
 
         cfg = replace(unit.cfg, device=self.device)
@@ -69,7 +70,9 @@ class EditWorker:
                             device_map=cfg.device_map)  # loaded once per process
         wanted = set(unit.uids)
         reqs = [r for r in load_countermoral(cfg.data, unit.framework, cfg.subset, cfg.limit) if r.uid in wanted]
-        return evaluate(self._editor_for(cfg, unit.framework), lm, reqs, batch=cfg.batch)
+        editor = self._editor_for(cfg, unit.framework)
+        rows = evaluate(editor, lm, reqs, batch=cfg.batch)
+        return rows, editor.diagnostics()
 
 
 def sweep_units(cfg: RunConfig, store: RecordStore) -> list[EditUnit]:
@@ -95,6 +98,8 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
         if cfg.batch and not EDITORS.get(cfg.method).supports_batch:
             raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
     ex = make_executor(executor)
+    # per run, per framework: what the workers' editors reported, for the summaries
+    found: dict[int, dict] = {id(cfg): {} for cfg in configs}
     try:
         for model in dict.fromkeys(cfg.model for cfg in configs):
             work: list[tuple[RecordStore, EditUnit]] = []
@@ -108,13 +113,17 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
             key = f"edit:{model}:{device}"
             bar = tqdm(total=sum(len(u.uids) for _, u in work), desc=f"edits ({ex.name})", unit="entry", leave=False)
             try:
-                for i, rows in ex.map(functools.partial(EditWorker, model, device), [u for _, u in work], key=key):
+                for i, (rows, diagnostics) in ex.map(functools.partial(EditWorker, model, device),
+                                                     [u for _, u in work], key=key):
                     work[i][0].append(rows)
+                    if diagnostics:
+                        found[id(work[i][1].cfg)][work[i][1].framework] = diagnostics
                     bar.update(len(rows))
             finally:
                 bar.close()
                 ex.release(key)
-        return [run(cfg) for cfg in configs]  # every entry is stored now: this only writes the summaries
+        # every entry is stored now: this only writes the summaries
+        return [run(cfg, diagnostics=found.get(id(cfg))) for cfg in configs]
     finally:
         if ex is not executor:
             ex.close()

@@ -205,7 +205,7 @@ class _Study:
                         during=lambda scorer, grp: self._generate_edited(name, scorer, grp, open_qs))
         texts = {row["uid"]: row.pop("during") for row in rows}
         self.add_rots(texts)  # after restore: RoTs come from the unedited model
-        keep = ("uid", "framework", "edit_seconds", "batch_size")
+        keep = ("uid", "framework", "edit_seconds", "group_seconds", "batch_size")
         return [{"key": row["uid"], "method": method, **{k: row[k] for k in keep},
                  "edit": {k: v for k, v in row.items() if k not in keep}, **texts[row["uid"]]} for row in rows]
 
