@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = ("ft-l", "ft-m", "lora", "rome", "memit", "alphaedit", "ike", "serac", "serac-icl", "grace")
-BATCH = ("memit", "alphaedit", "serac")
+BATCH = ("memit", "alphaedit", "serac", "ft-m", "lora")
 
 
 def _names(value: str) -> list[str]:
