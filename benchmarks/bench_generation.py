@@ -28,16 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _prompts(n: int):
     """Answer prompts on the SaGE quality100 paraphrases (500 distinct), else the demo questions."""
-    import os
 
     import pandas as pd
 
     from sage.data.questions import read_questions
     from sage.generation.stages import answer_messages
 
-    shared = Path(os.environ.get("SAGE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    q100 = shared / "sage-quality100" / "q100_gpt_3.5_rot.csv"
-    if q100.is_file():
+    from sage.data.download import development_copy
+
+    local = development_copy("sage-quality100", "sage-quality100")
+    q100 = local / "q100_gpt_3.5_rot.csv" if local is not None else None
+    if q100 is not None and q100.is_file():
         qs, source = pd.read_csv(q100)["paraphrased"].astype(str).tolist(), "SaGE quality100 paraphrases"
     else:
         qs, source = read_questions()["question"].tolist(), "demo questions"

@@ -26,18 +26,19 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("SAGE_SHARED_DATA", REPO.parent / "shared" / "data"))
-SOURCES = ["sage-quality100/q100_gpt_3.5_edges.csv", "sage-responses/vicuna-7b-v1.5_0.csv",
-           "sage-responses/vicuna-7b-v1.5_1.csv", "sage-responses/vicuna-7b-v1.5_3.csv"]
+SOURCES = [("sage-quality100", "q100_gpt_3.5_edges.csv"), ("sage-responses", "vicuna-7b-v1.5_0.csv"),
+           ("sage-responses", "vicuna-7b-v1.5_1.csv"), ("sage-responses", "vicuna-7b-v1.5_3.csv")]
 
 
-def sentence_pools(data: Path) -> dict[str, list[list[str]]]:
+def sentence_pools() -> dict[str, list[list[str]]]:
     """Per text kind, the sentences of each distinct source text (kept grouped by text)."""
     import pandas as pd
 
     pools: dict[str, dict[str, list[str]]] = {"answer": {}, "rot": {}}
-    for rel in SOURCES:
-        df = pd.read_csv(data / rel, keep_default_na=False)
+    from sage.data.download import find_dataset
+
+    for dataset, name in SOURCES:  # local copies, else downloaded once into the sage cache
+        df = pd.read_csv(find_dataset(dataset) / name, keep_default_na=False)
         for kind, cols in (("answer", ("model_output_1", "model_output_2")), ("rot", ("rot_1", "rot_2"))):
             for col in cols:
                 for text in df[col]:
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
 
     from sage.provenance import provenance
 
-    pools = sentence_pools(DATA)
+    pools = sentence_pools()
     work = args.work or Path(tempfile.mkdtemp(prefix="sage-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     runs = []

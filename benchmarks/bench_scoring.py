@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "sage-quality100" / "q100_gpt_3.5_rot.csv"
 
 
 def reference_scoring(groups_by_col: dict[str, list[list[str]]], embedder_path: str) -> dict:
@@ -63,12 +62,17 @@ def reference_scoring(groups_by_col: dict[str, list[list[str]]], embedder_path: 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--data", type=Path, default=None,
+                    help="q100_gpt_3.5_rot.csv (default: the sage-quality100 dataset, downloaded once if absent)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample-questions", type=int, default=5)
     ap.add_argument("--backends", default="torch,onnx", help="Encoder backends to time (comma-separated).")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.data is None:
+        from sage.data.download import find_dataset
+
+        args.data = find_dataset("sage-quality100") / "q100_gpt_3.5_rot.csv"
     if not args.data.exists():
         print(f"reference data not found: {args.data}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-methods", default=",".join(BATCH), help="comma-separated; '' for none")
     ap.add_argument("--subset", default="broad", choices=["broad", "specific"])
     ap.add_argument("--limit", type=int, default=None, help="first N entries per framework")
-    ap.add_argument("--data", default=None, help="CounterMoral directory (default ../shared/data/countermoral)")
+    ap.add_argument("--data", default=None, help="CounterMoral directory (default: a local copy, else downloaded once into the sage cache)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--summarize-only", action="store_true",
                     help="edit nothing: summaries and tables from the entries already done (partial runs keep their counts)")

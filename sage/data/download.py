@@ -94,6 +94,13 @@ def development_copy(name: str, folder: str) -> Path | None:
     return None
 
 
+def find_dataset(name: str, folder: str | None = None, hint: str = "") -> Path:
+    """A dataset's folder: a local copy (`development_copy`), else downloaded into the sage cache
+    now; offline or without network, SageInputError with one line saying how to get it."""
+    found = development_copy(name, folder or name)
+    return found if found is not None else ensure_dataset(name, hint=hint)
+
+
 class _ChecksumMismatch(Exception):
     pass
 

@@ -53,12 +53,9 @@ def default_data_dir() -> Path:
     else the pinned files are downloaded into the cache now, or, offline or without network, one
     line says how to get them.
     """
-    from sage.data.download import development_copy, ensure_dataset
+    from sage.data.download import find_dataset
 
-    found = development_copy("countermoral", "countermoral")
-    if found is not None:
-        return found
-    return ensure_dataset("countermoral", hint=", or pass --data DIR (a folder with <framework>/entries.json)")
+    return find_dataset("countermoral", hint=", or pass --data DIR (a folder with <framework>/entries.json)")
 
 
 def _str_list(entry: dict, key: str, where: str, min_len: int = 1) -> tuple[str, ...]:
