@@ -40,6 +40,15 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     assert again.exit_code == 0, again.output
     assert (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines() == lines
 
+    # a second framework into the same directory: the summary covers both, not only the last call's
+    other = CliRunner().invoke(cli, [a if a != "deontology" else "care_ethics" for a in args])
+    assert other.exit_code == 0, other.output
+    both = json.loads((out / "ft-l" / "broad" / "summary.json").read_text())
+    assert list(both["frameworks"]) == ["care_ethics", "deontology"]
+    assert (both["n_entries"], both["n_expected"]) == (4, 4)
+    assert both["frameworks"]["deontology"]["reliability"] == summary["frameworks"]["deontology"]["reliability"]
+    lines = (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines()
+
     hp.write_text(json.dumps({"steps": 6, "lr": 2e-2, "norm_constraint": 2e-2}))
     changed = CliRunner().invoke(cli, args)  # other settings into the same directory: refused
     assert changed.exit_code == 2 and "hparams.steps 5 -> 6" in changed.output

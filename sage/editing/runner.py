@@ -173,6 +173,13 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
             store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch))
         if editor.diagnostics():
             diagnostics[fw] = editor.diagnostics()
+    # A directory filled one framework per call (`sage edit --framework X`) is summarised whole:
+    # frameworks with records here are included even when this call did not ask for them.
+    present = {row.get("framework") for row in done.values()}
+    for fw in FRAMEWORKS:
+        if fw in present and fw not in data:
+            data[fw] = load_countermoral(cfg.data, fw, cfg.subset, cfg.limit)
+    data = {fw: data[fw] for fw in FRAMEWORKS if fw in data}
     wanted = {r.uid for reqs in data.values() for r in reqs}
     rows = [row for uid, row in done.items() if uid in wanted]
     summary = {
