@@ -7,7 +7,8 @@ when ../shared/data is present, else on the demo questions), same model (bundled
 SmolLM2-135M-Instruct), greedy, same max_new_tokens. The llamacpp backend on the same prompts is
 the CPU reference point. Generated tokens are counted the same way for every method
 (re-tokenizing the output text). Reports the median of several interleaved runs and ratios to
-the baseline. The pipeline loop handles one prompt at a time, so its tokens/s does not depend on
+the baseline; continuous batching is timed with and without running the prompts' shared prefix once.
+The pipeline loop handles one prompt at a time, so its tokens/s does not depend on
 how many prompts it is given: `--loop-sample N` times it on every (prompts/N)-th prompt only.
 
     python benchmarks/bench_generation.py --prompts 256 --batch-size 32 --max-new-tokens 128 --runs 3 --loop-sample 32
@@ -101,12 +102,16 @@ def main(argv=None) -> None:
     lm = continuous.lm
     fixed = TransformersBackend.from_loaded(lm, "smollm2-135m", BackendOptions(
         device="cpu", batch_size=args.batch_size, continuous_batching=False))
+    no_prefix = TransformersBackend.from_loaded(lm, "smollm2-135m", BackendOptions(
+        device="cpu", batch_size=args.batch_size, prefix_caching=False))
     loop_name = "pipeline loop (baseline)"
-    cont_name = f"transformers backend, continuous batching, {args.batch_size} rows"
-    fixed_name = f"transformers backend, fixed batches of {args.batch_size} (before)"
+    cont_name = f"transformers backend, continuous batching + shared prefix run once, {args.batch_size} rows"
+    no_prefix_name = f"transformers backend, continuous batching, {args.batch_size} rows, whole prompts prefilled"
+    fixed_name = f"transformers backend, fixed batches of {args.batch_size} + shared prefix run once"
     methods = {  # name -> (runner, prompts it is timed on)
         loop_name: (bench_pipeline_loop(lm, sample, args.max_new_tokens), sample),
         fixed_name: (bench_backend(fixed, prompts, args.max_new_tokens), prompts),
+        no_prefix_name: (bench_backend(no_prefix, prompts, args.max_new_tokens), prompts),
         cont_name: (bench_backend(continuous, prompts, args.max_new_tokens), prompts),
     }
     if not args.no_llamacpp and importlib.util.find_spec("llama_cpp") is not None:
@@ -140,6 +145,7 @@ def main(argv=None) -> None:
     in_sample = texts[cont_name][::step][: len(sample)]
     same_loop = sum(a.strip() == b.strip() for a, b in zip(texts[loop_name], in_sample))
     same_fixed = sum(a == b for a, b in zip(texts[fixed_name], texts[cont_name]))
+    same_no_prefix = sum(a == b for a, b in zip(texts[no_prefix_name], texts[cont_name]))
     tokens = _count(lm.tokenizer, texts[cont_name])
     print(f"\n{args.prompts} answer prompts ({source}), greedy, max_new_tokens={args.max_new_tokens}, "
           f"{tokens} tokens generated, torch threads={torch.get_num_threads()}, median of {args.runs} interleaved "
@@ -150,11 +156,13 @@ def main(argv=None) -> None:
         print(f"| {name} | {r['tokens_per_s_median']:.1f} | {r['tokens_per_s_median'] / base:.2f}x | "
               f"{', '.join(f'{x:.0f}' for x in r['seconds'])} ({r['prompts']} prompts) |")
     print(f"\ncontinuous-batching greedy text identical to the pipeline loop for {same_loop}/{len(sample)} prompts, "
-          f"to fixed batches for {same_fixed}/{len(prompts)}")
+          f"to fixed batches for {same_fixed}/{len(prompts)}, "
+          f"to whole-prompt prefills for {same_no_prefix}/{len(prompts)}")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "source": source,
                                          "load_average": [min(loads), max(loads)], "results": results,
-                                         "identical_to_baseline": same_loop, "identical_to_fixed": same_fixed},
+                                         "identical_to_baseline": same_loop, "identical_to_fixed": same_fixed,
+                                         "identical_to_whole_prompt_prefill": same_no_prefix},
                                         indent=2))
 
 

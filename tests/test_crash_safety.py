@@ -80,6 +80,12 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     seconds = summary["seconds"]
     assert seconds["entries_timed"] == 4
     assert seconds["total"] == pytest.approx(sum(r["group_seconds"] for r in rows))
+    # summarising again (nothing edited) keeps the versions and git hash of the code that made the records
+    summary_path = out / "ft-m" / "broad" / "summary.json"
+    summary_path.write_text(json.dumps({**summary, "versions": {"torch": "the run's"}, "git": "abc"}))
+    again = run(RunConfig(method="ft-m", frameworks=("deontology",), out=out, data=str(countermoral_dir),
+                          limit=4, overrides=FT), edit=False)
+    assert (again["versions"], again["git"]) == ({"torch": "the run's"}, "abc")
 
 
 _PARAPHRASE = textwrap.dedent("""

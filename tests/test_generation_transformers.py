@@ -101,15 +101,24 @@ def test_make_backend_by_alias_wraps_in_cache(tmp_path):
     assert b.calls == 1 and again[0].cached and again[0].text == out[0].text
 
 
-def _decode_steps(lm):
-    """Counts the model's one-token (decode) forward passes; prefills are not counted."""
+def _two_runs(lm, keep, first, second, reqs):
+    """Each backend's outputs on `reqs`, and the `input_ids` of the forward passes it made that
+    `keep` selects (e.g. decode steps: one token per row)."""
     calls = []
 
     def hook(module, args, kwargs, output):
-        if kwargs["input_ids"].shape[1] == 1:
-            calls.append(kwargs["input_ids"].shape[0])
+        if keep(kwargs["input_ids"]):
+            calls.append(kwargs["input_ids"])
 
-    return calls, lm.model.register_forward_hook(hook, with_kwargs=True)
+    handle = lm.model.register_forward_hook(hook, with_kwargs=True)
+    try:
+        a = first.generate(reqs)
+        a_calls = list(calls)
+        calls.clear()
+        b = second.generate(reqs)
+    finally:
+        handle.remove()
+    return a, a_calls, b, calls
 
 
 def test_continuous_batching_equals_one_at_a_time_in_fewer_steps(backend):
@@ -128,15 +137,9 @@ def test_continuous_batching_equals_one_at_a_time_in_fewer_steps(backend):
     continuous = TransformersBackend.from_loaded(backend.lm, backend.model_id, BackendOptions(**opts))
     fixed = TransformersBackend.from_loaded(backend.lm, backend.model_id,
                                             BackendOptions(**opts, continuous_batching=False))
-    calls, handle = _decode_steps(backend.lm)
-    try:
-        got = continuous.generate(reqs)
-        n_continuous = len(calls)
-        calls.clear()
-        before = fixed.generate(reqs)
-        n_fixed = len(calls)
-    finally:
-        handle.remove()
+    got, steps_continuous, before, steps_fixed = _two_runs(backend.lm, lambda ids: ids.shape[1] == 1,
+                                                           continuous, fixed, reqs)
+    n_continuous, n_fixed = len(steps_continuous), len(steps_fixed)
     alone = [continuous.generate([r])[0] for r in reqs]
     assert [g.text for g in got] == [g.text for g in alone] == [g.text for g in before]
     assert [g.finish_reason for g in got] == [g.finish_reason for g in alone]
@@ -147,6 +150,40 @@ def test_continuous_batching_equals_one_at_a_time_in_fewer_steps(backend):
     # Rows are yielded as they finish: a short greeting comes back before a long answer queued earlier.
     order = [i for i, _ in continuous.generate_iter(reqs)]
     assert sorted(order) == list(range(len(reqs))) and order != sorted(order)
+
+
+def test_shared_prompt_prefix_runs_once_with_identical_output(backend):
+    """Answer prompts share their chat template and instruction: that prefix is run once and copied
+    into every prefill (fewer prompt tokens through the model), and greedy text, finish reasons
+    and log-probabilities equal prefilling each whole prompt; sampling too (seeded per row)."""
+    from sage.data.questions import read_questions
+    from sage.generation.hf import TransformersBackend
+    from sage.generation.hf_batching import MIN_SHARED_PREFIX, shared_prefix
+    from sage.generation.stages import answer_messages
+
+    questions = read_questions()["question"].tolist()[:5]
+    opts = dict(device="cpu", batch_size=3)
+    reuse = TransformersBackend.from_loaded(backend.lm, backend.model_id, BackendOptions(**opts))
+    whole = TransformersBackend.from_loaded(backend.lm, backend.model_id,
+                                            BackendOptions(**opts, prefix_caching=False))
+    ids = [reuse._token_ids(GenerationRequest(messages=answer_messages(q))) for q in questions]
+    prefix = shared_prefix(reuse, ids)
+    assert prefix is not None and MIN_SHARED_PREFIX <= prefix.n < min(map(len, ids))
+    assert all(i[:prefix.n] == ids[0][:prefix.n] for i in ids) and len({i[prefix.n] for i in ids}) > 1
+    assert shared_prefix(reuse, ids[:1]) is None  # nothing to share
+    assert shared_prefix(reuse, [[1, 2, 3] + i for i in ids[:2]] + [[4] + ids[2]]) is None  # too short
+
+    for params in (SamplingParams(max_new_tokens=20, logprobs=True),
+                   SamplingParams(max_new_tokens=12, temperature=0.8, seed=3, logprobs=True)):
+        reqs = [GenerationRequest(messages=answer_messages(q), params=params) for q in questions]
+        got, fills_reused, ref, fills_whole = _two_runs(backend.lm, lambda ids: ids.shape[1] > 1, reuse, whole, reqs)
+        with_prefix, without = (sum(ids.numel() for ids in f) for f in (fills_reused, fills_whole))
+        assert [g.text for g in got] == [g.text for g in ref]
+        assert [g.finish_reason for g in got] == [g.finish_reason for g in ref]
+        for a, b in zip(got, ref):
+            assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)
+        # 5 prompts in groups of 3 and 2, each group padded to its longest: the prefix goes through once
+        assert with_prefix <= without - (len(questions) - 1) * prefix.n
 
 
 def test_sampling_with_refills_is_seeded_per_request(backend):

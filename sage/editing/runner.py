@@ -132,6 +132,14 @@ def run_seconds(rows: Sequence[dict]) -> dict:
             "total": float(np.sum(per_entry))}
 
 
+def _previous_provenance(out: Path) -> tuple[dict, str | None] | None:
+    try:
+        prev = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return (prev["versions"], prev.get("git")) if prev.get("versions") else None
+
+
 def _load_diagnostics(out: Path) -> dict:
     """Editor diagnostics of earlier sittings of a resumed run (kept in its summary)."""
     try:
@@ -154,6 +162,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     store = RecordStore(out / "entries.jsonl", key_field="uid")
     done = store.records
     diagnostics = {**_load_diagnostics(out), **(diagnostics or {})}
+    n_before = len(done)
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
         if not todo or not edit:
@@ -182,8 +191,12 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     data = {fw: data[fw] for fw in FRAMEWORKS if fw in data}
     wanted = {r.uid for reqs in data.values() for r in reqs}
     rows = [row for uid, row in done.items() if uid in wanted]
+    # Versions and git hash describe the code that made the records: a call that only summarises
+    # (e.g. on a machine without torch installed) keeps the ones recorded when they were made.
+    made_by = _previous_provenance(out) if len(done) == n_before else None
+    versions, git = made_by or (package_versions(), git_revision())
     summary = {
-        **settings, "limit": cfg.limit, "versions": package_versions(), "git": git_revision(),
+        **settings, "limit": cfg.limit, "versions": versions, "git": git,
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
         "overall": aggregate(rows), "n_entries": len(rows), "n_expected": len(wanted),
         "editor": diagnostics, "seconds": run_seconds(rows),

@@ -50,6 +50,7 @@ class BackendOptions:
     device_map: str | None = None  # transformers: "auto" spreads a large model over the GPUs (accelerate)
     batch_size: int = 16  # transformers: prompts per forward pass (rows in flight)
     continuous_batching: bool = True  # transformers: a finished row's slot goes to a waiting prompt
+    prefix_caching: bool = True  # transformers: the prompts' shared first tokens are run once
     base_urls: tuple[str, ...] = ()  # openai: one or more OpenAI-compatible endpoints
     api_key_env: str = "OPENAI_API_KEY"
     concurrency: int = 8  # openai: requests in flight

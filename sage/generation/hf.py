@@ -113,7 +113,8 @@ class TransformersBackend(GenerationBackend):
 
         Requests are grouped by sampling parameters and queued shortest prompt first; with
         `continuous_batching` a row that finishes is replaced by the next waiting prompt (see
-        `sage.generation.hf_batching`), otherwise the queue is decoded in fixed batches."""
+        `sage.generation.hf_batching`), otherwise the queue is decoded in fixed batches; with
+        `prefix_caching` the first tokens all prompts of a group share are run once."""
         from sage.generation.hf_batching import decode
 
         ids = [self._token_ids(r) for r in requests]
@@ -125,6 +126,7 @@ class TransformersBackend(GenerationBackend):
             idx = sorted(idx, key=lambda i: len(ids[i]))
             rows = decode(self, [ids[i] for i in idx], params, [request_seed(requests[i]) for i in idx],
                           width=max(1, self.options.batch_size), refill=self.options.continuous_batching,
+                          reuse_prefix=self.options.prefix_caching,
                           cand_ids=[cands[i] for i in idx])
             for j, g in rows:
                 yield idx[j], g

@@ -13,6 +13,12 @@ neighbours beyond float summation order; greedy output equals one-prompt-at-a-ti
 on the bundled model) and sampling draws from one generator per row, seeded per request.
 Refilling needs a cache whose layers are plain `DynamicLayer`s (full attention); for any other
 cache the queue is decoded in fixed batches.
+
+Prompts built from one template share their first tokens (the answer stage's chat template and
+instruction: 39 of 67 tokens on average). That shared prefix is run once and its keys/values are
+copied into every prefill (`shared_prefix`), the way vLLM's prefix caching does: a row is laid out
+as [prefix | padding | rest of its prompt], masked and positioned exactly as if it were
+contiguous, so only float summation order differs from prefilling each whole prompt.
 """
 from __future__ import annotations
 
@@ -69,26 +75,73 @@ def _mergeable(cache) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
-def _prefill(backend, prompts: list[list[int]], rows: list[int]) -> _Batch:
+# Below this many shared tokens the extra forward pass and copies are not worth it.
+MIN_SHARED_PREFIX = 16
+
+
+class _Prefix:
+    """The keys/values of the tokens every prompt starts with, computed once."""
+
+    def __init__(self, backend, ids: list[int]):
+        import torch
+
+        self.n = len(ids)
+        inp = torch.tensor([ids], dtype=torch.long, device=backend.device)
+        out = backend.lm.model(input_ids=inp, use_cache=True, logits_to_keep=1)
+        self.kv = [(layer.keys, layer.values) for layer in out.cache.layers]
+        self.cache_ok = _mergeable(out.cache)
+
+    def cache_for(self, n: int):
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1))
+                                            for k, v in self.kv])
+
+
+def shared_prefix(backend, prompts: list[list[int]]) -> _Prefix | None:
+    """The common first tokens of all `prompts` (each keeps at least one token of its own), run
+    once; None when they share fewer than MIN_SHARED_PREFIX tokens or the cache is not plain."""
+    if len(prompts) < 2:
+        return None
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    if n < MIN_SHARED_PREFIX:
+        return None
+    prefix = _Prefix(backend, first[:n])
+    return prefix if prefix.cache_ok else None
+
+
+def _prefill(backend, prompts: list[list[int]], rows: list[int], prefix: _Prefix | None = None) -> _Batch:
     import torch
 
     dev = backend.device
-    n, width = len(rows), max(len(prompts[r]) for r in rows)
+    skip = prefix.n if prefix is not None else 0
+    n, width = len(rows), max(len(prompts[r]) for r in rows) - skip
     input_ids = torch.full((n, width), backend.pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
     for i, r in enumerate(rows):
-        p = prompts[r]
+        p = prompts[r][skip:]
         input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
         attn[i, width - len(p):] = 1
     input_ids, attn = input_ids.to(dev), attn.to(dev)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    cache = None
+    if prefix is not None:
+        attn = torch.cat([torch.ones((n, skip), dtype=attn.dtype, device=dev), attn], dim=1)
+        cache = prefix.cache_for(n)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, skip:]
     out = backend.lm.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                           logits_to_keep=1)
+                           logits_to_keep=1, **({"cache": cache} if cache is not None else {}))
     return _Batch(out.cache, attn, pos[:, -1:], out.logits[:, -1, :].float(), list(rows))
 
 
 def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: list[int], *, width: int,
-           refill: bool = True, cand_ids: list[list[int]] | None = None) -> Iterator[tuple[int, Generation]]:
+           refill: bool = True, cand_ids: list[list[int]] | None = None,
+           reuse_prefix: bool = True) -> Iterator[tuple[int, Generation]]:
     """Decode every prompt; yields (prompt index, Generation) as each row finishes. `cand_ids`: per
     prompt, the first token of each of `params.candidates` (their log-probs at the first step)."""
     import torch
@@ -117,6 +170,7 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                                candidate_logprobs=cands)
 
     with torch.inference_mode():
+        prefix = shared_prefix(backend, prompts) if reuse_prefix else None
         while queue or batch is not None:
             free = width - (len(batch.rows) if batch else 0)
             if queue and (batch is None or (refill and free >= min(refill_at, len(queue))
@@ -124,7 +178,7 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                 new = [queue.popleft() for _ in range(min(free, len(queue)))]
                 for r in new:
                     tokens[r], logprobs[r] = [], []
-                fresh = _prefill(backend, prompts, new)
+                fresh = _prefill(backend, prompts, new, prefix)
                 if batch is None:
                     batch = fresh
                 else:
