@@ -132,18 +132,10 @@ def run_seconds(rows: Sequence[dict]) -> dict:
             "total": float(np.sum(per_entry))}
 
 
-def _previous_provenance(out: Path) -> tuple[dict, str | None] | None:
+def _previous_summary(out: Path) -> dict:
+    """The summary an earlier sitting of a resumed run wrote ({} if none or unreadable)."""
     try:
-        prev = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return (prev["versions"], prev.get("git")) if prev.get("versions") else None
-
-
-def _load_diagnostics(out: Path) -> dict:
-    """Editor diagnostics of earlier sittings of a resumed run (kept in its summary)."""
-    try:
-        return dict(json.loads((out / "summary.json").read_text()).get("editor") or {})
+        return dict(json.loads((out / "summary.json").read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return {}
 
@@ -161,7 +153,8 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     # One record per entry, keyed by its uid, through the shared torn-tail-safe store.
     store = RecordStore(out / "entries.jsonl", key_field="uid")
     done = store.records
-    diagnostics = {**_load_diagnostics(out), **(diagnostics or {})}
+    previous = _previous_summary(out)
+    diagnostics = {**(previous.get("editor") or {}), **(diagnostics or {})}
     n_before = len(done)
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
@@ -193,8 +186,10 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     rows = [row for uid, row in done.items() if uid in wanted]
     # Versions and git hash describe the code that made the records: a call that only summarises
     # (e.g. on a machine without torch installed) keeps the ones recorded when they were made.
-    made_by = _previous_provenance(out) if len(done) == n_before else None
-    versions, git = made_by or (package_versions(), git_revision())
+    if len(done) == n_before and previous.get("versions"):
+        versions, git = previous["versions"], previous.get("git")
+    else:
+        versions, git = package_versions(), git_revision()
     summary = {
         **settings, "limit": cfg.limit, "versions": versions, "git": git,
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},

@@ -22,6 +22,7 @@ contiguous, so only float summation order differs from prefilling each whole pro
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterator
 
@@ -103,16 +104,11 @@ def shared_prefix(backend, prompts: list[list[int]]) -> _Prefix | None:
     once; None when they share fewer than MIN_SHARED_PREFIX tokens or the cache is not plain."""
     if len(prompts) < 2:
         return None
-    n = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for p in prompts[1:]:
-        k = 0
-        while k < n and p[k] == first[k]:
-            k += 1
-        n = k
+    # commonprefix compares any sequences; each prompt keeps its last token to predict from
+    n = min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
     if n < MIN_SHARED_PREFIX:
         return None
-    prefix = _Prefix(backend, first[:n])
+    prefix = _Prefix(backend, prompts[0][:n])
     return prefix if prefix.cache_ok else None
 
 
@@ -135,7 +131,7 @@ def _prefill(backend, prompts: list[list[int]], rows: list[int], prefix: _Prefix
         cache = prefix.cache_for(n)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, skip:]
     out = backend.lm.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                           logits_to_keep=1, **({"cache": cache} if cache is not None else {}))
+                           logits_to_keep=1, cache=cache)
     return _Batch(out.cache, attn, pos[:, -1:], out.logits[:, -1, :].float(), list(rows))
 
 
