@@ -24,13 +24,20 @@ def package_versions(names=TRACKED_PACKAGES) -> dict[str, str]:
     return out
 
 
+# Result files a run appends to (committed under experiments/results/, benchmarks/results/) are
+# not code: modifying them must not mark the code that made them '+dirty'.
+_NOT_CODE = ":(top,exclude,glob)**/results/**"
+
+
 def git_revision(start: Path | None = None) -> str | None:
-    """Commit hash of the repository holding the sage sources (or `start`), '+dirty' if modified."""
+    """Commit hash of the repository holding the sage sources (or `start`), '+dirty' if a tracked
+    file outside a `results/` folder is modified."""
     where = start or Path(__file__).resolve().parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ":(top)", _NOT_CODE], cwd=where,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

@@ -80,6 +80,12 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     seconds = summary["seconds"]
     assert seconds["entries_timed"] == 4
     assert seconds["total"] == pytest.approx(sum(r["group_seconds"] for r in rows))
+    # each entry names the code that made it; the summary counts entries per commit
+    from sage.provenance import git_revision
+
+    made_by = git_revision()
+    assert made_by and {r["git"] for r in rows} == {made_by} and summary["git"] == made_by
+    assert summary["records_git"] == {made_by: 4}
     # summarising again (nothing edited) keeps the versions and git hash of the code that made the records
     summary_path = out / "ft-m" / "broad" / "summary.json"
     summary_path.write_text(json.dumps({**summary, "versions": {"torch": "the run's"}, "git": "abc"}))

@@ -139,6 +139,7 @@ def test_editing_sweep_on_ray_equals_sequential_even_with_a_lost_worker(executor
                                                                         tmp_path, monkeypatch):
     from sage.editing.runner import run, run_dir
     from sage.editing.sharded import run_sweep
+    from sage.provenance import git_revision
 
     sequential = {cfg.method: run(cfg) for cfg in _edit_configs(countermoral_dir, tmp_path / "seq")}
     record: dict = {}
@@ -153,6 +154,8 @@ def test_editing_sweep_on_ray_equals_sequential_even_with_a_lost_worker(executor
         seq_rows = {r["uid"]: r for r in _lines(run_dir(seq_cfg) / "entries.jsonl")}
         assert {r["uid"]: _comparable(r) for r in rows} == {u: _comparable(r) for u, r in seq_rows.items()}
         assert summary["n_entries"] == 2
+        # the driver stamps its commit on the workers' records; the summary takes today's provenance
+        assert {r["git"] for r in rows} == {git_revision()} and summary["records_git"] == {git_revision(): 2}
         seq = sequential[cfg.method]
         for key in ("reliability", "neighbourhood_score"):
             assert summary["overall"][key] == seq["overall"][key]

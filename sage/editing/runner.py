@@ -4,7 +4,8 @@ scoring model (the edited model or the wrapper), restore, append one JSON line p
 Layout: `<out>/<method>/<subset>[-batch]/entries.jsonl` (rerun skips finished entries),
 `settings.json` (what the entries depend on: a rerun with other settings is refused rather than
 mixed in) and `summary.json` (settings, library versions, git hash, mean ± std per framework and
-overall).
+overall). Each entry records the git hash of the code that made it (taken when its sitting
+started), so a run resumed across commits says which entries came from which code.
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def editing_context(data, framework: str, subset: str, batch: bool, device: str 
                        corpus=corpus)
 
 
-def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None) -> list[dict]:
+def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None,
+             git: str | None = None) -> list[dict]:
     """Edit and score `requests`; one row per request. In batch mode one edit holds them all.
 
     `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
@@ -98,7 +100,8 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
         for r, pre, post in zip(group, pres, posts):
             rows.append({"uid": r.uid, "framework": r.framework, "edit_seconds": seconds,
                          "group_seconds": wall, "batch_size": len(group), **entry_metrics(pre, post),
-                         **({"during": extra[r.uid]} if extra is not None else {})})
+                         **({"during": extra[r.uid]} if extra is not None else {}),
+                         **({"git": git} if git is not None else {})})
     return rows
 
 
@@ -132,6 +135,15 @@ def run_seconds(rows: Sequence[dict]) -> dict:
             "total": float(np.sum(per_entry))}
 
 
+def records_git(rows: Sequence[dict]) -> dict[str, int]:
+    """How many entries each commit made ("unrecorded": entries written before records carried it)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        key = r.get("git") or "unrecorded"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def _previous_summary(out: Path) -> dict:
     """The summary an earlier sitting of a resumed run wrote ({} if none or unreadable)."""
     try:
@@ -140,10 +152,13 @@ def _previous_summary(out: Path) -> dict:
         return {}
 
 
-def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = None) -> dict:
+def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = None,
+        added: bool = False) -> dict:
     """Run one method over the configured frameworks; returns the summary dict. `edit=False`
     only summarises the entries already done (a partial run, marked with its count).
-    `diagnostics`: per framework, what editors run elsewhere reported (a sweep's workers)."""
+    `diagnostics`: per framework, what editors run elsewhere reported (a sweep's workers);
+    `added`: the caller has just stored new entries (a sweep), so the summary takes today's
+    versions and git hash rather than an earlier summary's."""
     from sage.models.causal_lm import load_causal_lm
 
     data = {fw: load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) for fw in cfg.frameworks}
@@ -156,6 +171,9 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     previous = _previous_summary(out)
     diagnostics = {**(previous.get("editor") or {}), **(diagnostics or {})}
     n_before = len(done)
+    # Taken before editing: the code that makes this sitting's records, even if a commit lands
+    # while it runs.
+    made_by, versions_now = git_revision(), package_versions()
     for fw, reqs in data.items():
         todo = [r for r in reqs if r.uid not in done]
         if not todo or not edit:
@@ -172,7 +190,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
         from tqdm.auto import tqdm
 
         for group in tqdm(step, desc=f"{cfg.method} {fw}", leave=False):
-            store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch))
+            store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch, git=made_by))
         if editor.diagnostics():
             diagnostics[fw] = editor.diagnostics()
     # A directory filled one framework per call (`sage edit --framework X`) is summarised whole:
@@ -186,15 +204,15 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     rows = [row for uid, row in done.items() if uid in wanted]
     # Versions and git hash describe the code that made the records: a call that only summarises
     # (e.g. on a machine without torch installed) keeps the ones recorded when they were made.
-    if len(done) == n_before and previous.get("versions"):
+    if len(done) == n_before and not added and previous.get("versions"):
         versions, git = previous["versions"], previous.get("git")
     else:
-        versions, git = package_versions(), git_revision()
+        versions, git = versions_now, made_by
     summary = {
         **settings, "limit": cfg.limit, "versions": versions, "git": git,
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},
         "overall": aggregate(rows), "n_entries": len(rows), "n_expected": len(wanted),
-        "editor": diagnostics, "seconds": run_seconds(rows),
+        "editor": diagnostics, "seconds": run_seconds(rows), "records_git": records_git(rows),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

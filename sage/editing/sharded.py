@@ -28,7 +28,7 @@ from sage.editing.runner import (
     run_settings,
 )
 from sage.errors import SageInputError
-from sage.provenance import check_resume_settings
+from sage.provenance import check_resume_settings, git_revision
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
         if cfg.batch and not EDITORS.get(cfg.method).supports_batch:
             raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
     ex = make_executor(executor)
+    made_by = git_revision()  # the driver's code, stamped on every record the workers return
+    added: set[int] = set()  # runs that got records in this call: their summaries take today's versions
     # per run, per framework: what the workers' editors reported, for the summaries
     found: dict[int, dict] = {id(cfg): {} for cfg in configs}
     try:
@@ -115,7 +117,8 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
             try:
                 for i, (rows, diagnostics) in ex.map(functools.partial(EditWorker, model, device),
                                                      [u for _, u in work], key=key):
-                    work[i][0].append(rows)
+                    work[i][0].append({**row, "git": made_by} for row in rows)
+                    added.add(id(work[i][1].cfg))
                     if diagnostics:
                         found[id(work[i][1].cfg)][work[i][1].framework] = diagnostics
                     bar.update(len(rows))
@@ -123,7 +126,7 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
                 bar.close()
                 ex.release(key)
         # every entry is stored now: this only writes the summaries
-        return [run(cfg, diagnostics=found.get(id(cfg))) for cfg in configs]
+        return [run(cfg, diagnostics=found.get(id(cfg)), added=id(cfg) in added) for cfg in configs]
     finally:
         if ex is not executor:
             ex.close()
