@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -137,11 +138,7 @@ def run_seconds(rows: Sequence[dict]) -> dict:
 
 def records_git(rows: Sequence[dict]) -> dict[str, int]:
     """How many entries each commit made ("unrecorded": entries written before records carried it)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        key = r.get("git") or "unrecorded"
-        counts[key] = counts.get(key, 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(r.get("git") or "unrecorded" for r in rows).items()))
 
 
 def _previous_summary(out: Path) -> dict:
