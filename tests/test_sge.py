@@ -25,7 +25,9 @@ def reference_sge(dist):
     D = sum(dist[i][j] for i, j in pairs) / len(pairs)
     f = [sum(dist[i][u] for u in range(n) if u != i) for i in range(n)]
     total = sum(f)
-    H = -sum((fi / total) * math.log(fi / total) for fi in f if fi > 0)
+    # 0 log 0 = 0; test p, not f: a subnormal f_i can still divide to p_i == 0.
+    p = [fi / total for fi in f]
+    H = -sum(pi * math.log(pi) for pi in p if pi > 0)
     return 1 - D * H, D, H
 
 
