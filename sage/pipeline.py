@@ -246,6 +246,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
     (cache misses). `executor`: an `Executor` to run the backends on (default: `config.executor`).
     """
     cfg = replace(config or PipelineConfig(), **overrides)
+    questions_table = read_questions(cfg.questions) if questions_table is None else questions_table
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     backends = _Backends(cfg, executor)
@@ -267,6 +268,9 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
         write_responses(responses, out_dir / cfg.output)
         responses.attrs["model_calls"] = backends.calls()  # requests that missed the cache
         responses.attrs["paraphrase_report"] = report
+        responses.attrs["questions_report"] = {
+            "n_questions": int(questions_table["question_id"].nunique()),
+            "repeated_questions_merged": int(questions_table.attrs.get("repeated_questions_merged", 0))}
         log.info("wrote %d responses to %s (%d model calls, the rest cached)",
                  len(responses), out_dir / cfg.output, backends.calls())
         return responses
@@ -346,7 +350,10 @@ def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", b
 
 
 def add_paraphrase_report(summary: dict, responses) -> None:
-    """Put the paraphrase stage's totals (questions short of K or with none) into a run summary."""
+    """Put the paraphrase stage's totals (questions short of K or with none) and the questions file's
+    counts (repeated rows merged) into a run summary."""
     report = responses.attrs.get("paraphrase_report")
     if report is not None:
         summary["paraphrases"] = {k: v for k, v in report.items() if k != "per_question"}
+    if responses.attrs.get("questions_report") is not None:
+        summary["questions_file"] = responses.attrs["questions_report"]

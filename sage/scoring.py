@@ -196,7 +196,7 @@ def score_responses(
     on = config.on or (("answer", "rot") if "rot" in columns else ("answer",))
 
     labels = Labels(default=default_model, override=model_name)
-    index = index_table(table, on, source, labels)
+    index = index_table(table, on, source, labels, locate=pair_edges.locate if pair_edges is not None else None)
     if not index.report.ok and not config.skip_invalid:
         raise SageInputError(index.report.first_problem(source))
     skipped = sorted(index.report.bad_rows)
@@ -227,7 +227,8 @@ def score_responses(
         for sink in sinks.values():
             sink.close()
 
-    questions = pd.DataFrame(question_rows)
+    # Questions none of whose rows could be scored (every answer empty) are listed as undefined too.
+    questions = pd.DataFrame(question_rows + index.undefined_without_rows())
     if len(questions):  # the order questions first appear in the table, whatever order they finished in
         order = [index.order[(m, q)] for m, q in zip(questions["model"], questions["question_id"])]
         questions = questions.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)

@@ -90,3 +90,52 @@ def test_skip_invalid_counts_rows(tmp_path):
     m = s["models"]["partial"]
     assert m["n_skipped_rows"] == 1 and m["n_undefined"] == 1 and m["n_questions_scored"] == 1
     assert "1 rows skipped" in (out / "summary.md").read_text()
+
+
+def _numeric_ids_with_blanks(tmp_path, blank_rows):
+    """The demo table with numeric question ids (5884, 5885, ...) and blank ids on `blank_rows`."""
+    df = pd.read_csv(DEMO)
+    ids = pd.array([5884 + i // 4 for i in range(len(df))], dtype="Int64")
+    df["question_id"] = ids
+    df.loc[blank_rows, "question_id"] = None
+    path = tmp_path / f"ids{len(blank_rows)}.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_blank_question_ids_are_bad_rows_not_dropped(tmp_path):
+    """Issue 29, item 2: a blank id names its row (exit 2); with --skip-invalid the rows are skipped and
+    counted, and the other ids stay strings ("5884", never "5884.0")."""
+    path = _numeric_ids_with_blanks(tmp_path, [1, 5])
+    proc = run_sage("score", "--responses", path, "--metrics", "sge", "--out", tmp_path / "o")
+    assert_clean_error(proc, str(path), "row 2: column 'question_id' is empty", "and 1 more rows")
+    one = _numeric_ids_with_blanks(tmp_path, [1])
+    assert_clean_error(run_sage("score", "--responses", one, "--metrics", "sge", "--out", tmp_path / "o1"),
+                       "row 2: column 'question_id' is empty")
+    out = tmp_path / "skip"
+    proc = run_sage("score", "--responses", path, "--metrics", "sge", "--skip-invalid", "--out", out,
+                    "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["models"]["consistent-model"]["n_skipped_rows"] == 2 and summary["skipped_rows"] == [2, 6]
+    q = pd.read_csv(out / "questions.csv", dtype=str)
+    assert set(q["question_id"]) == {str(5884 + i) for i in range(10)}
+
+
+def test_a_questions_file_with_a_blank_id_is_refused(tmp_path):
+    from sage.data.questions import read_questions
+    from sage.errors import SageInputError
+
+    path = tmp_path / "questions.csv"
+    path.write_text("question_id,question\nq1,Is lying wrong?\n,Is stealing wrong?\n")
+    with pytest.raises(SageInputError, match=r"row 3 has an empty question_id"):
+        read_questions(path)
+
+
+def test_repeated_questions_are_merged_and_counted(tmp_path):
+    from sage.data.questions import read_questions
+
+    path = tmp_path / "questions.csv"
+    path.write_text("question_id,question\nq1,Is lying wrong?\nq1,Is lying wrong?\nq2,Is stealing wrong?\n")
+    df = read_questions(path)
+    assert df["question_id"].tolist() == ["q1", "q2"] and df.attrs["repeated_questions_merged"] == 1

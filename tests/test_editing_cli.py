@@ -89,3 +89,25 @@ def test_edit_command_keeps_the_editors_diagnostics_in_the_summary(bundled_lm, c
     acc = info["scope_accuracy_under_test"]
     assert acc["n_entries"] == 30 and 0 <= acc["balanced_accuracy"] <= 1
     assert summary["seconds"]["entries_timed"] == 1
+
+
+def test_entries_without_meta_data_keep_one_record_each_and_need_only_their_files(bundled_lm, countermoral_dir,
+                                                                                  tmp_path):
+    """Issue 29, items 1 and 8: entry 0 of two frameworks without meta_data gets two uids (two
+    records, n_entries 2 of 2), and IKE runs on a folder holding only the frameworks asked for."""
+    from sage.cli.main import cli
+
+    data = tmp_path / "cm"
+    for fw in ("care_ethics", "deontology"):
+        entries = json.loads((countermoral_dir / fw / "entries-broad.json").read_text())[:3]
+        del entries[0]["meta_data"]
+        (data / fw).mkdir(parents=True)
+        (data / fw / "entries-broad.json").write_text(json.dumps(entries))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["edit", "--method", "ike", "--framework", "care_ethics", "--framework",
+                                   "deontology", "--limit", "1", "--data", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (out / "ike" / "broad" / "entries.jsonl").read_text().splitlines()]
+    assert sorted(r["uid"] for r in rows) == ["care_ethics:0", "deontology:0"]
+    summary = json.loads((out / "ike" / "broad" / "summary.json").read_text())
+    assert (summary["n_entries"], summary["n_expected"]) == (2, 2)

@@ -142,3 +142,57 @@ def test_aggregate_mean_std():
 
     agg = aggregate([{"reliability": 1.0}, {"reliability": 0.0}])
     assert agg["reliability"] == {"mean": 0.5, "std": 0.5, "n": 2}
+
+
+def test_entries_without_unique_id_get_framework_and_position(tmp_path):
+    """Entries without meta_data must not share a uid across frameworks (issue 29, item 1)."""
+    from sage.editing.dataset import load_all
+
+    bare = {k: v for k, v in _entry().items() if k != "meta_data"}
+    for fw in ("care_ethics", "deontology"):
+        _write(tmp_path, [bare, _entry()], framework=fw) if fw == "care_ethics" else _write(
+            tmp_path, [bare, {**_entry(), "meta_data": {"unique_id": "D_2"}}], framework=fw)
+    data = load_all(tmp_path, ["care_ethics", "deontology"], "broad")
+    assert [r.uid for r in data["care_ethics"]] == ["care_ethics:0", "D_1"]
+    assert [r.uid for r in data["deontology"]] == ["deontology:0", "D_2"]
+
+
+def test_a_unique_id_used_in_two_frameworks_is_refused(tmp_path):
+    from sage.editing.dataset import load_all
+
+    for fw in ("care_ethics", "deontology"):
+        _write(tmp_path, [_entry()], framework=fw)
+    with pytest.raises(SageInputError) as err:
+        load_all(tmp_path, ["care_ethics", "deontology"], "broad")
+    msg = str(err.value)
+    assert "'D_1'" in msg and "care_ethics" in msg and "deontology" in msg and "\n" not in msg
+
+
+def test_files_are_parsed_once_while_unchanged(tmp_path):
+    from sage.editing import dataset
+
+    _write(tmp_path, [_entry()])
+    dataset._parsed.cache_clear()
+    for _ in range(3):
+        load_countermoral(tmp_path, "deontology", "broad")
+    assert dataset._parsed.cache_info().misses == 1
+    _write(tmp_path, [_entry(), {**_entry(), "meta_data": {"unique_id": "D_9"}}])  # changed: read again
+    assert [r.uid for r in load_countermoral(tmp_path, "deontology", "broad")] == ["D_1", "D_9"]
+
+
+def test_edit_checks_the_files_a_method_reads_before_any_model_loads(countermoral_dir, tmp_path):
+    """Only care_ethics present: SERAC (which trains on the other frameworks) is refused with one line
+    naming the missing file, and no model was loaded (the model cache stays empty) (issue 29, item 8)."""
+    import os
+    import shutil
+
+    from cli_helpers import assert_clean_error, run_sage
+
+    data = tmp_path / "cm"
+    shutil.copytree(countermoral_dir / "care_ethics", data / "care_ethics")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "SAGE_CACHE_DIR": str(cache)}
+    proc = run_sage("edit", "--method", "serac", "--framework", "care_ethics", "--limit", "1", "--data", data,
+                    "--out", tmp_path / "o", env=env)
+    assert_clean_error(proc, "'serac'", "deontology", "entries-broad.json", "file not found")
+    assert not (cache / "models").exists()

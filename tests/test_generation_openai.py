@@ -67,8 +67,9 @@ def llama_server(tmp_path_factory):
 class FaultProxy:
     """Forwards HTTP requests to `upstream`, first playing the queued faults one per request.
 
-    Faults: "429"/"500" (an error response), "drop" (the connection is closed unanswered) and
-    "hang" (no answer until the proxy closes: the client must time out). With `replay` on, an
+    Faults: "429"/"500" (an error response), "drop" (the connection is closed unanswered),
+    "nonjson"/"html"/"nochoices" (HTTP 200 whose body is not a completion) and "hang" (no answer
+    until the proxy closes: the client must time out). With `replay` on, an
     upstream answer is kept per request body and served again without asking upstream, so a test
     can give its client a short timeout without normal answers depending on the machine's speed.
     `arrivals` holds each request's arrival time on the proxy's clock (time.monotonic).
@@ -117,6 +118,15 @@ class FaultProxy:
                     if fault in ("429", "500"):
                         payload = b'{"error": {"message": "injected fault", "type": "server_error"}}'
                         self._send(int(fault), [("Content-Type", "application/json")], payload)
+                        return
+                    if fault == "nonjson":  # a gateway's error page with status 200, labelled JSON
+                        self._send(200, [("Content-Type", "application/json")], b"<html>upstream busy</html>")
+                        return
+                    if fault == "html":  # the same page labelled as HTML
+                        self._send(200, [("Content-Type", "text/html")], b"<html>upstream busy</html>")
+                        return
+                    if fault == "nochoices":  # JSON, but not a completion
+                        self._send(200, [("Content-Type", "application/json")], b'{"status": "ok"}')
                         return
                     if fault == "hang":
                         proxy.closed.wait()  # released when the proxy closes, long after the client gave up
@@ -251,6 +261,35 @@ def test_clear_error_after_last_retry(proxy):
         _backend([proxy.url], max_retries=2).generate([_chat("Hi", n=2)])
     msg = str(err.value)
     assert "failed after 3 attempts" in msg and "HTTP 500" in msg and proxy.url in msg and "\n" not in msg
+
+
+def test_a_200_whose_body_is_not_a_completion_is_retried_then_one_line(proxy, tmp_path):
+    """Issue 29, item 5: HTTP 200 with a body that is not JSON (or JSON without choices) is retried
+    like a 5xx; after the last retry one line names the endpoint, and finished items are kept."""
+    proxy.faults = ["nonjson", "html", "nochoices"]
+    out = _backend([proxy.url]).generate([_chat("Is it fair to skip a queue?", n=3)])
+    assert out[0].text.strip() and proxy.requests == 4 and not proxy.faults
+    for fault in ("nonjson", "html", "nochoices"):
+        proxy.faults = [fault] * 3
+        with pytest.raises(BackendError) as err:
+            _backend([proxy.url], max_retries=2).generate([_chat("Hi", n=2)])
+        msg = str(err.value)
+        assert "failed after 3 attempts" in msg and "HTTP 200" in msg and proxy.url in msg and "\n" not in msg
+    from click.testing import CliRunner
+
+    from sage.cli.main import cli
+
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question\nq1,Is it wrong to lie?\nq2,Should you help a stranger?\n")
+    args = ["generate", "answers", "--questions", str(q), "--model", "smollm2-135m", "--backend", "openai",
+            "--base-url", proxy.url, "--max-new-tokens", "4", "--max-retries", "0", "--concurrency", "1",
+            "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
+    proxy.faults = [None, "nonjson"]  # the first answer arrives, the second never does
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and "HTTP 200 with a body that is not JSON" in res.output
+    assert "Traceback" not in res.output
+    served = proxy.requests
+    assert CliRunner().invoke(cli, args).exit_code == 0 and proxy.requests == served + 1  # only the lost one
 
 
 def test_several_servers_share_requests_and_bounded_concurrency(llama_server):

@@ -115,3 +115,36 @@ def test_vicuna_pair_files_score_with_their_columns(shared_data):
         assert m["sge_answer"]["n"] == 250 and m["sge_answer"]["mean"] == pytest.approx(
             _authors_mean(path, "cosine_model_output"), abs=1e-9)
         assert m["sge_cosine_rot_rot"]["n"] == 250 and m["sge_cosine_rot_answer"]["n"] == 0
+
+
+def test_an_empty_answer_names_the_files_line_and_column(quality100, tmp_path):
+    """Issue 29, item 7: the error names the pair file's own line (its records span lines) and the
+    column (model_output_2), not a row of the rebuilt node table."""
+    import csv
+
+    pairs = pd.read_csv(quality100 / "q100_gpt_3.5_edges.csv")
+    pairs.loc[240, "model_output_2"] = ""  # record 240 starts after a record that spans two lines
+    path = tmp_path / "empty.csv"
+    pairs.to_csv(path, index=False)
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        starts, line = [], 2
+        next(reader)
+        for _ in reader:
+            starts.append(line)
+            line = reader.line_num + 1
+    assert starts[240] != 240 + 2  # the file's line is not the record number
+    with pytest.raises(SageInputError) as err:
+        score_responses(path, metrics=("sge",), on=("answer",), sge_edges=("column:cosine_model_output",),
+                        progress=False)
+    assert f"line {starts[240]}: column 'model_output_2' is empty" in str(err.value)
+
+
+def test_a_blank_question_id_in_a_pair_file_is_refused(quality100, tmp_path):
+    pairs = pd.read_csv(quality100 / "q100_gpt_3.5_edges.csv")
+    pairs["question_id"] = pairs["question_id"].astype("Int64")
+    pairs.loc[3, "question_id"] = None
+    path = tmp_path / "blank.csv"
+    pairs.to_csv(path, index=False)
+    with pytest.raises(SageInputError, match="line 5: column 'question_id' is empty"):
+        score_responses(path, metrics=("sge",), on=("answer",), progress=False)

@@ -40,8 +40,8 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
     from pathlib import Path
 
     from sage.editing.base import EDITORS, load_overrides
-    from sage.editing.dataset import default_data_dir, load_countermoral
-    from sage.editing.runner import RunConfig
+    from sage.editing.dataset import default_data_dir
+    from sage.editing.runner import RunConfig, check_data
     from sage.editing.sharded import run_sweep
     from sage.editing.tables import write_tables
     from sage.executors import make_executor
@@ -60,8 +60,8 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
 
         raise SageInputError("--hparams holds one method's hyperparameters; pass exactly one --method")
     data = Path(data_dir) if data_dir else default_data_dir()
-    for fw in frameworks:  # validate every file up front: one clear line, exit status 2
-        load_countermoral(data, fw, subset, limit)
+    # Every file the run reads is checked before any model loads: one clear line, exit status 2.
+    check_data(data, [(m, batch) for m in methods], frameworks, subset, limit)
     cfgs = [RunConfig(method=m, frameworks=frameworks, subset=subset, model=model,
                       out=Path(out_dir), data=str(data), limit=limit, batch=batch,
                       overrides=overrides, corpus=corpus,

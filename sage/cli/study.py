@@ -74,6 +74,10 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
         dtype=resolve_dtype(dtype, device or default_device()), device_map=device_map)
     if cfg.data is None:  # options are validated above before CounterMoral is located (or downloaded)
         cfg = replace(cfg, data=str(default_data_dir()))
+    from sage.editing.runner import check_data
+
+    check_data(cfg.data, [(m.partition(":")[0], m.partition(":")[2] == "batch") for m in cfg.methods],
+               cfg.frameworks, cfg.subset, cfg.limit)
     from sage.executors import make_executor
 
     with make_executor(executor, executor_opts) as ex:

@@ -47,6 +47,9 @@ def read_jsonl_records(path: str | Path, text: str) -> list[dict]:
     return records
 
 
+ID_COLUMNS = {"question_id": str, "model": str}
+
+
 def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = "give a table with a header and rows"):
     """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV cells as strings, no NaN."""
     import pandas as pd
@@ -67,7 +70,9 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
     if suffix in (".jsonl", ".json"):
         # JSON values keep their types (nested objects stay objects) whatever `as_strings` says.
         return pd.DataFrame.from_records(read_jsonl_records(path, text))
-    options = {"dtype": str, "keep_default_na": False} if as_strings else {}
+    # Ids are text, always: a numeric-looking id column must not turn into floats (5884 -> 5884.0)
+    # when a cell is blank; blank cells stay NaN so the callers' checks name them.
+    options = {"dtype": str, "keep_default_na": False} if as_strings else {"dtype": ID_COLUMNS}
     try:
         return pd.read_csv(io.StringIO(text), **options)
     except pd.errors.ParserError as exc:

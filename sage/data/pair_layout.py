@@ -51,6 +51,12 @@ class PairEdges:
     # keyed by (model, question_id); model is None when the file has no model column
     values: dict[tuple[str | None, str], dict[tuple[int, int], dict[str, float]]] = field(default_factory=dict)
     incomplete: dict[tuple[str | None, str], str] = field(default_factory=dict)  # -> why
+    # node-table row -> {text column: ("line L", the pair file's column)} of its empty cells
+    empty_cells: dict[int, dict[str, tuple[str, str]]] = field(default_factory=dict)
+
+    def locate(self, row: int, column: str) -> tuple[str, str] | None:
+        """Where node-table `row`'s empty `column` is in the pair file (None: not empty there)."""
+        return self.empty_cells.get(row, {}).get(column)
 
     def _key(self, model: str, qid: str) -> tuple[str | None, str]:
         return (model, qid) if (model, qid) in self.values else (None, qid)
@@ -76,6 +82,34 @@ class PairEdges:
         return mat
 
 
+def record_lines(source: str, n: int) -> list[str]:
+    """For each of the `n` data records of the file `source`, where it starts: "line L" (CSV records
+    can span lines, so the line is counted by the csv reader); "pair row i" when `source` is not a
+    readable CSV/JSONL file (a DataFrame given in memory)."""
+    import csv
+    from pathlib import Path
+
+    path = Path(source)
+    starts: list[int] = []
+    try:
+        if path.suffix.lower() == ".csv":
+            with open(path, encoding="utf-8-sig", newline="") as fh:
+                reader = csv.reader(fh)
+                next(reader, None)
+                line = reader.line_num + 1
+                for _ in reader:
+                    starts.append(line)
+                    line = reader.line_num + 1
+        elif path.suffix.lower() in (".jsonl", ".json"):
+            with open(path, encoding="utf-8-sig") as fh:
+                starts = [i for i, text in enumerate(fh, 1) if text.strip()]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        starts = []
+    if len(starts) != n:
+        return [f"pair row {i + 1}" for i in range(n)]
+    return [f"line {line}" for line in starts]
+
+
 def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairEdges]:
     """One row per node (question_id, [model,] paraphrase_id, paraphrase, sample, answer, rot,
     node) and the pair values. Node ids are 0-based per question; `paraphrase_id` numbers the
@@ -88,12 +122,19 @@ def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairE
     used = {c for pair in cols.values() for c in pair} | {"question_id", "model", "question"}
     numeric = [c for c in df.columns if c not in used and pd.api.types.is_numeric_dtype(df[c])]
     has_model = "model" in df.columns
+    lines = record_lines(source, len(df))
+    blank = df["question_id"].isna() | df["question_id"].astype(str).str.strip().eq("")
+    if blank.any():
+        raise SageInputError(f"{source}: {lines[int(blank.to_numpy().nonzero()[0][0])]}: column 'question_id' is empty; "
+                             "fill in the id of the pair's question")
+    df = df.reset_index(drop=True)
     edges = PairEdges(columns=numeric)
     rows = []
     for key, g in df.groupby(["model", "question_id"] if has_model else ["question_id"], sort=False):
         model, qid = (str(key[0]), str(key[1])) if has_model else (None, str(key[0] if isinstance(key, tuple)
                                                                               else key))
         nodes: dict[tuple, int] = {}
+        first_seen: dict[int, tuple[int, int]] = {}  # node -> (record, side) where it first appears
         pairs: dict[tuple[int, int], dict[str, float]] = {}
         problem = None
         for pos, r in zip(g.index, g.itertuples(index=False)):
@@ -101,11 +142,12 @@ def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairE
             for side in (0, 1):
                 triple = tuple(_text(getattr(r, cols[c][side])) for c in texts)
                 ends.append(nodes.setdefault(triple, len(nodes)))
+                first_seen.setdefault(ends[-1], (pos, side))
             a, b = sorted(ends)
             if a == b:
-                problem = problem or f"row {pos + 2} pairs a node with itself"
+                problem = problem or f"{lines[pos]} pairs a node with itself"
             elif (a, b) in pairs:
-                problem = problem or f"row {pos + 2} repeats the pair of nodes {a} and {b}"
+                problem = problem or f"{lines[pos]} repeats the pair of nodes {a} and {b}"
             pairs[(a, b)] = {c: float(getattr(r, c)) for c in numeric}
         n = len(nodes)
         if problem is None and len(pairs) != n * (n - 1) // 2:
@@ -120,6 +162,10 @@ def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairE
         per_para: dict[str, int] = {}
         for triple, node in nodes.items():
             values = dict(zip(texts, triple))
+            pos, side = first_seen[node]
+            empty = {c: (lines[pos], cols[c][side]) for c, v in values.items() if not v.strip()}
+            if empty:
+                edges.empty_cells[len(rows)] = empty
             para = values.get("paraphrase", "")
             row = {"question_id": qid, **extra, "paraphrase_id": para_ids.setdefault(para, len(para_ids) + 1),
                    "sample": per_para.get(para, 0), **values, "node": node}

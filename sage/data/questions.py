@@ -1,11 +1,14 @@
 """Question files for generation: the user's CSV/JSONL/Parquet, or the built-in demo set."""
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 
 from sage.data import files
 from sage.errors import SageInputError
+
+log = logging.getLogger(__name__)
 
 
 def read_string_table(path: str | Path, what: str = "file"):
@@ -74,8 +77,14 @@ def questions_frame(obj, source: str = "questions"):
         )
     if "question_id" not in df.columns:
         df.insert(0, "question_id", [f"q{i + 1:04d}" for i in range(len(df))])
-    df["question_id"] = df["question_id"].astype(str)
-    df["question"] = df["question"].astype(str).str.strip()
+    df = df.reset_index(drop=True)
+    ids = df["question_id"]
+    df["question_id"] = ids.astype(str).str.strip().where(ids.notna(), "")
+    blank = df.index[df["question_id"] == ""].tolist()
+    if blank:
+        raise SageInputError(f"{source}: row {blank[0] + 2} has an empty question_id; fill it in, or drop the "
+                             "question_id column to number the questions q0001, q0002, ...")
+    df["question"] = df["question"].where(df["question"].notna(), "").astype(str).str.strip()
     empty = df.index[df["question"] == ""].tolist()
     if empty:
         raise SageInputError(f"{source}: row {empty[0] + 2} has an empty question; fill it or delete the row")
@@ -84,5 +93,9 @@ def questions_frame(obj, source: str = "questions"):
         qid = clash.index[clash > 1][0]
         raise SageInputError(f"{source}: question_id {qid!r} is used for different questions; make ids unique")
     if "paraphrase" not in df.columns:
+        repeated = int(df.duplicated("question_id").sum())
         df = df.drop_duplicates("question_id")
+        if repeated:  # the same id and text twice: one question, said once and counted in the run summary
+            log.warning("%s: %d repeated question row(s) (same question_id and text) merged", source, repeated)
+        df.attrs["repeated_questions_merged"] = repeated
     return df.reset_index(drop=True)

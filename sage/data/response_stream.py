@@ -23,7 +23,8 @@ from typing import Iterator
 
 import pandas as pd
 
-from sage.data.responses import ValidationReport, normalize_columns
+from sage.data.files import ID_COLUMNS
+from sage.data.responses import ValidationReport, blank_ids, normalize_columns
 from sage.errors import SageInputError
 
 READ_ROWS = 20_000  # rows per raw read
@@ -80,7 +81,7 @@ def _csv_chunks(path: Path, rows: int):
     _check_utf8(path)
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
-            yield from pd.read_csv(fh, chunksize=rows)
+            yield from pd.read_csv(fh, chunksize=rows, dtype=ID_COLUMNS)
     except pd.errors.ParserError as exc:
         raise SageInputError(f"{path}: malformed CSV ({str(exc).strip().splitlines()[0]}); check quoting on that line") \
             from None
@@ -144,6 +145,14 @@ class TableIndex:
     skipped_per_model: dict = field(default_factory=dict)
     report: ValidationReport = field(default_factory=ValidationReport)
     n_rows: int = 0
+    # (model, qid) -> its question text (or None), only while every row seen of it is unscorable:
+    # such a question gets no chunk but is still listed, as undefined
+    unscorable: dict = field(default_factory=dict)
+
+    def undefined_without_rows(self) -> list[dict]:
+        """Rows of questions.csv for the questions none of whose rows could be scored (n = 0)."""
+        return [{"model": m, "question_id": q, "n": 0, **({"question": text} if text is not None else {})}
+                for (m, q), text in self.unscorable.items()]
 
 
 @dataclass(frozen=True)
@@ -161,7 +170,9 @@ class Labels:
 
 
 def index_table(source, on: tuple[str, ...], name: str, labels: Labels = Labels(),
-                rows: int = READ_ROWS) -> TableIndex:
+                rows: int = READ_ROWS, locate=None) -> TableIndex:
+    """`locate(row, column)` -> (where, file column) of an empty cell of data row `row` when the
+    user's file holds it elsewhere (nodes rebuilt from a pair-layout file: `PairEdges.locate`)."""
     idx = TableIndex()
     for raw in raw_chunks(source, rows):
         chunk = labels.apply(raw, name)
@@ -170,16 +181,28 @@ def index_table(source, on: tuple[str, ...], name: str, labels: Labels = Labels(
                 raise SageInputError(f"missing column {col!r} needed for --on {col}; found {list(chunk.columns)}; "
                                      f"add it or drop {col!r} from --on")
         bad = pd.Series(False, index=chunk.index)
+        for row in chunk.index[blank_ids(chunk)]:
+            idx.report.bad_rows[int(row) + 1] = "column 'question_id' is empty"
+            bad[row] = True
         for col in on:
             empty = chunk[col].isna() | chunk[col].astype(str).str.strip().eq("")
             for row in chunk.index[empty & ~bad]:
-                idx.report.bad_rows[int(row) + 1] = f"column {col!r} is empty or NaN"
+                found = locate(int(row), col) if locate is not None else None
+                line, column = found if found is not None else (None, col)
+                if line is not None:
+                    idx.report.where[int(row) + 1] = line
+                idx.report.bad_rows[int(row) + 1] = f"column {column!r} is empty or NaN"
             bad |= empty
-        for row, model, qid, is_bad in zip(chunk.index, chunk["model"], chunk["question_id"], bad):
+        questions = chunk["question"] if "question" in chunk.columns else pd.Series(None, index=chunk.index)
+        for row, model, qid, is_bad, text in zip(chunk.index, chunk["model"], chunk["question_id"], bad, questions):
             key = (model, qid)
             idx.order.setdefault(key, len(idx.order))
             idx.last_row[key] = int(row)
             idx.valid_rows[key] = idx.valid_rows.get(key, 0) + (not is_bad)
+            if idx.valid_rows[key] == 0 and qid != "":
+                idx.unscorable.setdefault(key, None if pd.isna(text) else str(text))
+            else:
+                idx.unscorable.pop(key, None)
             idx.rows_per_model[model] = idx.rows_per_model.get(model, 0) + 1
             if is_bad:
                 idx.skipped_per_model[model] = idx.skipped_per_model.get(model, 0) + 1

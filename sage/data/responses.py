@@ -66,9 +66,17 @@ def normalize_columns(df: pd.DataFrame, source: str = "responses", default_model
         df["model"] = default_model
     if "sample" not in df.columns:
         df["sample"] = 0
-    df["question_id"] = df["question_id"].astype(str)
+    # Ids are strings, always; a blank id becomes "" (never "nan"), which `blank_ids` finds and the
+    # checks report as a bad row.
+    ids = df["question_id"]
+    df["question_id"] = ids.astype(str).str.strip().where(ids.notna(), "")
     df["model"] = df["model"].fillna(default_model).astype(str)
     return df
+
+
+def blank_ids(df: pd.DataFrame) -> pd.Series:
+    """Rows whose question_id is blank (after `normalize_columns`)."""
+    return df["question_id"].eq("")
 
 
 def response_keys(df: pd.DataFrame) -> list[str]:
@@ -123,6 +131,8 @@ class ValidationReport:
 
     bad_rows: dict[int, str] = field(default_factory=dict)
     single_row_questions: list[tuple[str, str]] = field(default_factory=list)  # (model, question_id)
+    # row -> where it is in the user's file when that is not "row N" (a pair-layout file's line and column)
+    where: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -132,7 +142,8 @@ class ValidationReport:
         if self.bad_rows:
             row, why = next(iter(self.bad_rows.items()))
             more = f" (and {len(self.bad_rows) - 1} more rows)" if len(self.bad_rows) > 1 else ""
-            return f"{source}: row {row}: {why}{more}; fix or remove these rows, or pass --skip-invalid to skip and count them"
+            return (f"{source}: {self.where.get(row, f'row {row}')}: {why}{more}; fix or remove these rows, "
+                    "or pass --skip-invalid to skip and count them")
         model, qid = self.single_row_questions[0]
         more = (
             f" (and {len(self.single_row_questions) - 1} more questions)"
@@ -148,6 +159,8 @@ class ValidationReport:
 def validate(df: pd.DataFrame, on: tuple[str, ...]) -> ValidationReport:
     """Find rows with missing/empty texts in the columns to score and single-row questions."""
     report = ValidationReport()
+    for pos in blank_ids(df).to_numpy().nonzero()[0]:
+        report.bad_rows[int(pos) + 1] = "column 'question_id' is empty"
     for col in on:
         if col not in df.columns:
             raise SageInputError(

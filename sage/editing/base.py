@@ -95,6 +95,10 @@ class EditContext:
 
 class EditorBase(Editor):
     hparams_cls: type[HParams] = HParams
+    # Which parts of `EditContext` the method reads: only those are loaded (and their files checked
+    # before any model loads), so a run needs the other frameworks' files only when it uses them.
+    uses_pool: bool = False
+    uses_held_out: bool = False
 
     def __init__(self, hparams: HParams | None = None, context: EditContext | None = None):
         self.hparams = hparams if hparams is not None else self.hparams_cls()

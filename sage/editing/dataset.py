@@ -6,6 +6,7 @@ field, and saying how to fix it. Both spellings `neighborhood_prompts` (the publ
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,9 @@ def _str_list(entry: dict, key: str, where: str, min_len: int = 1) -> tuple[str,
     return tuple(value)
 
 
-def parse_entry(entry: object, where: str, framework: str) -> EditRequest:
+def parse_entry(entry: object, where: str, framework: str, position: int = 0) -> EditRequest:
+    """One entry; without `meta_data.unique_id` its uid is `<framework>:<position>` (0-based
+    position in its file), so entries of two frameworks never share a uid."""
     if not isinstance(entry, dict):
         raise SageInputError(f"{where}: expected a JSON object per entry; fix the file")
     tmpl = entry.get("edit_template")
@@ -87,7 +90,8 @@ def parse_entry(entry: object, where: str, framework: str) -> EditRequest:
                              "(or 'neighbourhood_prompts'); add the list of neighbourhood prompts")
     neighbours = _str_list(entry, present[0], where)
     meta = entry.get("meta_data") if isinstance(entry.get("meta_data"), dict) else {}
-    uid = str(meta.get("unique_id") or where.rsplit(" ", 1)[-1])
+    given = meta.get("unique_id")
+    uid = str(given).strip() if given is not None and str(given).strip() else f"{framework}:{position}"
     return EditRequest(
         uid=uid, framework=framework, subject=tmpl["action"].strip(),
         relation=tmpl["relation"].strip(), target_true=tmpl["target_true"].strip(),
@@ -97,23 +101,33 @@ def parse_entry(entry: object, where: str, framework: str) -> EditRequest:
 
 
 def load_file(path: Path, framework: str) -> list[EditRequest]:
+    """The entries of one file, parsed once per process while the file is unchanged (a sweep asks
+    for the same file once per unit)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        st = Path(path).stat()
     except FileNotFoundError:
         raise SageInputError(f"{path}: file not found; pass --data pointing at the CounterMoral "
                              "directory (with <framework>/entries.json)") from None
+    return list(_parsed(str(path), str(Path(path).resolve()), framework, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str, resolved: str, framework: str, mtime_ns: int, size: int) -> tuple[EditRequest, ...]:
+    """`path` as the user gave it (for messages); the file's resolved path, mtime and size key the cache."""
+    try:
+        data = json.loads(Path(resolved).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SageInputError(f"{path}: malformed JSON ({exc}); fix or re-download the file") from None
     if not isinstance(data, list) or not data:
         raise SageInputError(f"{path}: expected a non-empty JSON list of entries; fix the file")
-    out = [parse_entry(e, f"{path} entry {i}", framework) for i, e in enumerate(data)]
+    out = [parse_entry(e, f"{path} entry {i}", framework, i) for i, e in enumerate(data)]
     seen: set[str] = set()
     for i, req in enumerate(out):
         if req.uid in seen:
             raise SageInputError(f"{path} entry {i}: duplicate meta_data.unique_id {req.uid!r}; "
                                  "make the ids unique")
         seen.add(req.uid)
-    return out
+    return tuple(out)
 
 
 def load_countermoral(data_dir: str | Path | None, framework: str, subset: str = "broad",
@@ -132,4 +146,18 @@ def load_countermoral(data_dir: str | Path | None, framework: str, subset: str =
 
 def load_all(data_dir: str | Path | None, frameworks: Sequence[str], subset: str,
              limit: int | None = None) -> dict[str, list[EditRequest]]:
-    return {fw: load_countermoral(data_dir, fw, subset, limit) for fw in frameworks}
+    """Entries of several frameworks, checked to have distinct uids across them (one record
+    store holds a run's entries of every framework, keyed by uid)."""
+    data = {fw: load_countermoral(data_dir, fw, subset, limit) for fw in frameworks}
+    check_unique_uids(data)
+    return data
+
+
+def check_unique_uids(data: dict[str, Sequence[EditRequest]]) -> None:
+    seen: dict[str, str] = {}
+    for fw, reqs in data.items():
+        for req in reqs:
+            if seen.setdefault(req.uid, fw) != fw:
+                raise SageInputError(f"meta_data.unique_id {req.uid!r} is used in both {seen[req.uid]} and {fw}; "
+                                     "make the ids unique across frameworks (or remove them: entries without one "
+                                     "get <framework>:<position>)")

@@ -73,6 +73,7 @@ class IKEScorer(PromptRewriteScorer):
 class IKEEditor(EditorBase):
     name = "ike"
     supports_batch = False
+    uses_pool = True
     hparams_cls = IKEHParams
 
     def __init__(self, hparams=None, context=None):

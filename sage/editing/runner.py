@@ -21,9 +21,16 @@ import numpy as np
 
 from sage.data.records import RecordStore
 from sage.editing.base import EditContext, make_editor
-from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
+from sage.editing.dataset import (
+    FRAMEWORKS,
+    EditRequest,
+    check_unique_uids,
+    load_all,
+    load_countermoral,
+)
 from sage.editing.entry_measures import aggregate, entry_metrics, observe
 from sage.editing.scorer import LMScorer
+from sage.errors import SageInputError
 from sage.provenance import check_resume_settings, git_revision, package_versions
 
 log = logging.getLogger(__name__)
@@ -55,9 +62,11 @@ def editing_pool(data, framework: str, subset: str, batch: bool) -> list[EditReq
     """Retrieval/training pool for IKE and SERAC-ICL (they never use the entries under test from
     it): the framework's subset; in batch mode every framework's, since a batch can be the whole
     framework subset and a scope classifier needs entries outside it."""
-    if not batch:
-        return load_countermoral(data, framework, subset)
-    return [r for f in FRAMEWORKS for r in load_countermoral(data, f, subset)]
+    return [r for f in pool_frameworks(framework, batch) for r in load_countermoral(data, f, subset)]
+
+
+def pool_frameworks(framework: str, batch: bool) -> tuple[str, ...]:
+    return FRAMEWORKS if batch else (framework,)
 
 
 def held_out_entries(data, framework: str, subset: str) -> list[EditRequest]:
@@ -66,12 +75,44 @@ def held_out_entries(data, framework: str, subset: str) -> list[EditRequest]:
     return [r for f in FRAMEWORKS if f != framework for r in load_countermoral(data, f, subset)]
 
 
+def context_frameworks(method: str, framework: str, batch: bool) -> tuple[str, ...]:
+    """The frameworks whose files an editor of `framework`'s entries reads besides that framework's
+    own (its pool and held-out entries): checked before any model loads."""
+    from sage.editing.base import EDITORS
+
+    cls = EDITORS.get(method)
+    needed = set(pool_frameworks(framework, batch)) if cls.uses_pool else set()
+    if cls.uses_held_out:
+        needed |= set(FRAMEWORKS) - {framework}
+    return tuple(f for f in FRAMEWORKS if f in needed and f != framework)
+
+
+def check_data(data, runs: Sequence[tuple[str, bool]], frameworks: Sequence[str], subset: str,
+               limit: int | None = None) -> None:
+    """Parse every CounterMoral file a run will read, before any model loads: the entries of
+    `frameworks`, and for each (method, batch) of `runs` the other frameworks its editor reads
+    (IKE's or SERAC's pool, SERAC's held-out training edits). One clear line otherwise."""
+    load_all(data, frameworks, subset, limit)
+    for method, batch in runs:
+        for fw in frameworks:
+            for other in context_frameworks(method, fw, batch):
+                try:
+                    load_countermoral(data, other, subset)
+                except SageInputError as exc:
+                    raise SageInputError(f"method {method!r} also reads the {other} entries (its retrieval or "
+                                         f"training pool for {fw}): {exc}") from None
+
+
 def editing_context(data, framework: str, subset: str, batch: bool, device: str = "cpu",
-                    corpus: str | None = None) -> EditContext:
-    """What an editor of `framework`'s entries may use besides the model."""
-    return EditContext(pool=editing_pool(data, framework, subset, batch),
-                       held_out=held_out_entries(data, framework, subset), device=device,
-                       corpus=corpus)
+                    corpus: str | None = None, method: str | None = None) -> EditContext:
+    """What an editor of `framework`'s entries may use besides the model; with `method`, only the
+    parts that method reads (`EditorBase.uses_pool`, `uses_held_out`)."""
+    from sage.editing.base import EDITORS
+
+    cls = EDITORS.get(method) if method is not None else None
+    return EditContext(pool=editing_pool(data, framework, subset, batch) if cls is None or cls.uses_pool else (),
+                       held_out=held_out_entries(data, framework, subset) if cls is None or cls.uses_held_out else (),
+                       device=device, corpus=corpus)
 
 
 def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None,
@@ -158,7 +199,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     versions and git hash rather than an earlier summary's."""
     from sage.models.causal_lm import load_causal_lm
 
-    data = {fw: load_countermoral(cfg.data, fw, cfg.subset, cfg.limit) for fw in cfg.frameworks}
+    data = load_all(cfg.data, cfg.frameworks, cfg.subset, cfg.limit)
     out = run_dir(cfg)
     settings = run_settings(cfg)
     check_resume_settings(out, settings, legacy=out / "summary.json")
@@ -178,10 +219,9 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
         lm = lm or load_causal_lm(cfg.model, device=cfg.device, dtype=cfg.dtype,
                                  device_map=cfg.device_map)  # not loaded when only summarising
         editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
-                             editing_context(cfg.data, fw, cfg.subset, cfg.batch, cfg.device, cfg.corpus))
+                             editing_context(cfg.data, fw, cfg.subset, cfg.batch, cfg.device, cfg.corpus,
+                                             method=cfg.method))
         if cfg.batch and not editor.supports_batch:
-            from sage.errors import SageInputError
-
             raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
         step = [todo] if cfg.batch else [[r] for r in todo]
         from tqdm.auto import tqdm
@@ -197,6 +237,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
         if fw in present and fw not in data:
             data[fw] = load_countermoral(cfg.data, fw, cfg.subset, cfg.limit)
     data = {fw: data[fw] for fw in FRAMEWORKS if fw in data}
+    check_unique_uids(data)
     wanted = {r.uid for reqs in data.values() for r in reqs}
     rows = [row for uid, row in done.items() if uid in wanted]
     # Versions and git hash describe the code that made the records: a call that only summarises

@@ -313,6 +313,8 @@ class SeracEditor(EditorBase):
     can_generate = False  # studies would need to generate with two models (serac-icl generates)
     name = "serac"
     supports_batch = True
+    uses_pool = True
+    uses_held_out = True
     hparams_cls = SeracHParams
 
     def __init__(self, hparams=None, context=None):

@@ -90,6 +90,7 @@ class SeracIclScorer(TargetScorer):
 class SeracIclEditor(EditorBase):
     name = "serac-icl"
     supports_batch = True
+    uses_pool = True
     hparams_cls = SeracIclHParams
 
     def __init__(self, hparams=None, context=None):

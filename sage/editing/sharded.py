@@ -57,7 +57,7 @@ class EditWorker:
         if key != self._editor_key:  # one editor per (method, framework), as the sequential run keeps
             self._editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
                                        editing_context(cfg.data, framework, cfg.subset, cfg.batch,
-                                                       self.device, cfg.corpus))
+                                                       self.device, cfg.corpus, method=cfg.method))
             self._editor_key = key
         return self._editor
 

@@ -9,14 +9,17 @@ inputs (`GenerationRequest.inputs`) instead of a prompt:
     paraphrases: fn(question, n) -> str (numbered lines)  batch: fn(questions, ns) -> list[str]
 
 Its identity, and so its generation-cache key, is the registered name: give a new name when the
-function changes. A return value that is not a string (None, NaN) counts as an empty answer, which
-scoring reports and counts like any other empty answer.
+function changes. None (or a float NaN) counts as an empty answer, which scoring reports and counts like
+any other empty answer (a question left with fewer than two answers is listed as undefined); any other
+value that is not a string is a `TypeError` naming the question. Each call's answer is stored as it
+returns, so when the function raises, the calls that finished are kept and a rerun resumes after them.
 """
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.errors import SageInputError
@@ -62,25 +65,50 @@ class CallableBackend(GenerationBackend):
         return self._model_id
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        done = dict(self.generate_iter(requests))
+        return [done[i] for i in range(len(requests))]
+
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
+        """Each answer as the function returns it, so the generation cache stores every finished
+        call; an exception from the function reaches the caller unchanged, noting that a rerun
+        resumes after the calls that finished."""
         if not requests:
-            return []
+            return
         args = []
         for r in requests:
             if not r.inputs:
                 raise SageInputError(f"model {self._model_id!r} is a Python function: it answers the pipeline's "
                                      "stages (paraphrases, answers, RoTs), not free prompts")
             args.append([value for _, value in r.inputs])
-        if self._entry.batch:
-            outs = list(self._entry.fn(*[list(col) for col in zip(*args)]))
-            if len(outs) != len(requests):
-                raise SageInputError(f"model {self._model_id!r}: the batch function returned {len(outs)} texts for "
-                                     f"{len(requests)} inputs; return one text per input, in order")
-        else:
-            outs = [self._entry.fn(*a) for a in args]
-        return [Generation(text=self._text(o), finish_reason="stop") for o in outs]
+        try:
+            if self._entry.batch:
+                outs = list(self._entry.fn(*[list(col) for col in zip(*args)]))
+                if len(outs) != len(requests):
+                    raise SageInputError(f"model {self._model_id!r}: the batch function returned {len(outs)} texts "
+                                         f"for {len(requests)} inputs; return one text per input, in order")
+                for i, (r, out) in enumerate(zip(requests, outs)):
+                    yield i, Generation(text=self._text(out, r), finish_reason="stop")
+            else:
+                for i, (r, a) in enumerate(zip(requests, args)):
+                    yield i, Generation(text=self._text(self._entry.fn(*a), r), finish_reason="stop")
+        except SageInputError:
+            raise
+        except Exception as exc:
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(f"sage: the calls of model {self._model_id!r} that finished before this one are kept "
+                             "(generation cache and records); run the same call again to resume after them")
+            raise
 
-    def _text(self, out) -> str:
+    def _text(self, out, request: GenerationRequest) -> str:
         if isinstance(out, str):
             return out
-        log.warning("model %r returned %r instead of a string; counted as an empty answer", self._model_id, out)
-        return ""
+        if out is None or (isinstance(out, float) and math.isnan(out)):
+            log.warning("model %r returned %r for %s; counted as an empty answer", self._model_id, out,
+                        _describe(request))
+            return ""
+        raise TypeError(f"model {self._model_id!r} returned {type(out).__name__} {out!r} for {_describe(request)}; "
+                        "return a string (None counts as an empty answer)")
+
+
+def _describe(request: GenerationRequest) -> str:
+    return ", ".join(f"{name} {value!r}" for name, value in request.inputs)

@@ -34,6 +34,11 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 TOP_K_CHAT, TOP_K_COMPLETION = 20, 5
 
 
+class MalformedResponse(Exception):
+    """An answer that is not an OpenAI completion (HTTP 200 with a body that is not JSON, or JSON
+    without choices): a proxy's or gateway's error page, say. Retried like a 5xx."""
+
+
 def _candidates(candidates, listed: dict[str, float] | None) -> dict[str, float] | None:
     if not candidates or listed is None:
         return None
@@ -64,7 +69,7 @@ class OpenAIBackend(GenerationBackend):
             for u in urls
         ]
         self._retryable = (openai.RateLimitError, openai.InternalServerError,
-                           openai.APITimeoutError, openai.APIConnectionError)
+                           openai.APITimeoutError, openai.APIConnectionError, MalformedResponse)
         self._status_error = openai.APIStatusError
         self._rng = random.Random(self.options.retry_seed)
 
@@ -118,6 +123,23 @@ class OpenAIBackend(GenerationBackend):
         raise AssertionError("unreachable")
 
     def _call(self, client, req: GenerationRequest) -> Generation:
+        from openai.types import Completion
+        from openai.types.chat import ChatCompletion
+
+        try:
+            resp = self._request(client, req)
+        except ValueError as exc:  # the client could not decode the body it was told is JSON
+            raise MalformedResponse(f"HTTP 200 with a body that is not JSON: {exc}") from None
+        expected = ChatCompletion if req.messages is not None else Completion
+        if not isinstance(resp, expected) or not getattr(resp, "choices", None):
+            body = resp if isinstance(resp, str) else type(resp).__name__
+            raise MalformedResponse(f"HTTP 200 without a completion in the body ({str(body)[:60]!r})")
+        try:
+            return self._generation(resp, req)
+        except (AttributeError, TypeError, IndexError, KeyError, ValueError) as exc:
+            raise MalformedResponse(f"HTTP 200 with a completion missing its fields ({type(exc).__name__})") from None
+
+    def _request(self, client, req: GenerationRequest):
         p = req.params
         kwargs = dict(model=self._model_id, max_tokens=p.max_new_tokens, temperature=p.temperature,
                       top_p=p.top_p, seed=request_seed(req))
@@ -126,18 +148,23 @@ class OpenAIBackend(GenerationBackend):
         if req.messages is not None:
             if p.logprobs or p.candidates:  # llama.cpp's server needs top_logprobs set
                 kwargs.update(logprobs=True, top_logprobs=TOP_K_CHAT if p.candidates else 1)
-            resp = client.chat.completions.create(
+            return client.chat.completions.create(
                 messages=[{"role": r, "content": c} for r, c in req.messages], **kwargs
             )
+        if p.logprobs or p.candidates:
+            kwargs["logprobs"] = TOP_K_COMPLETION if p.candidates else 1
+        return client.completions.create(prompt=req.prompt, **kwargs)
+
+    @staticmethod
+    def _generation(resp, req: GenerationRequest) -> Generation:
+        p = req.params
+        if req.messages is not None:
             choice = resp.choices[0]
             content = choice.logprobs.content if choice.logprobs is not None else None
             lps = [t.logprob for t in content] if p.logprobs and content is not None else None
             first = {t.token: t.logprob for t in content[0].top_logprobs or []} if content else None
             return Generation(text=choice.message.content or "", token_logprobs=lps,
                               finish_reason=choice.finish_reason, candidate_logprobs=_candidates(p.candidates, first))
-        if p.logprobs or p.candidates:
-            kwargs["logprobs"] = TOP_K_COMPLETION if p.candidates else 1
-        resp = client.completions.create(prompt=req.prompt, **kwargs)
         choice = resp.choices[0]
         lps, first = None, None
         if choice.logprobs is not None:
@@ -150,6 +177,8 @@ class OpenAIBackend(GenerationBackend):
 
 
 def _describe(exc: Exception) -> str:
+    if isinstance(exc, MalformedResponse):
+        return str(exc)
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     return f"HTTP {status} {name}" if status else name

@@ -122,24 +122,26 @@ def run_items(
         reqs = build_requests(fmt, [it.messages for it in chunk], params, [it.sample for it in chunk],
                               [it.inputs for it in chunk])
         done: list[dict] = []
-        for i, g in backend.generate_iter(reqs):
-            it = chunk[i]
-            done.append({
-                "key": it.key,
-                **it.fields,
-                output_field: clean(g.text),
-                f"{output_field}_raw": g.text,
-                "finish_reason": g.finish_reason,
-                "model": backend.model_id,
-                **_logprob_fields(output_field, g),
-            })
-            if len(done) >= batch_size:
+        try:
+            for i, g in backend.generate_iter(reqs):
+                it = chunk[i]
+                done.append({
+                    "key": it.key,
+                    **it.fields,
+                    output_field: clean(g.text),
+                    f"{output_field}_raw": g.text,
+                    "finish_reason": g.finish_reason,
+                    "model": backend.model_id,
+                    **_logprob_fields(output_field, g),
+                })
+                if len(done) >= batch_size:
+                    store.append(done)
+                    bar.update(len(done))
+                    done = []
+        finally:  # a failure part way keeps the records of the items that finished
+            if done:
                 store.append(done)
                 bar.update(len(done))
-                done = []
-        if done:
-            store.append(done)
-            bar.update(len(done))
     bar.close()
     return len(todo)
 

@@ -197,7 +197,7 @@ class _Study:
         if fw not in editors:  # one editor per retrieval / training pool
             editors[fw] = make_editor(name, {"seed": cfg.seed, **cfg.overrides.get(name, {})},
                                       editing_context(cfg.data, fw, cfg.subset, mode == "batch",
-                                                      cfg.device, cfg.corpus))
+                                                      cfg.device, cfg.corpus, method=name))
         editor = editors[fw]
         if mode == "batch" and not editor.supports_batch:
             raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
