@@ -247,14 +247,14 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
     """
     cfg = replace(config or PipelineConfig(), **overrides)
     questions_table = read_questions(cfg.questions) if questions_table is None else questions_table
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(cfg.out_dir)  # created with the first record or table: bad input leaves no empty folder
     backends = _Backends(cfg, executor)
     try:
         paraphrases, candidates, report = generate_paraphrases(cfg, backends, questions_table)
         if len(candidates):
             write_table(candidates, out_dir / "paraphrase_candidates.csv")
         if report is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "paraphrase_report.json").write_text(json.dumps(report, indent=2) + "\n")
         answers = generate_answers(paraphrases, cfg, backends)
         if cfg.rots:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from sage.data.responses import as_responses, load_responses, write_responses
 from sage.errors import SageInputError
@@ -31,6 +30,7 @@ from sage.metrics.question_metrics import (
 )
 from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
 from sage.metrics.stats import bootstrap_mean_ci
+from sage.progress import progress_bar
 from sage.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def summary_markdown(summary: dict) -> str:
     if summary.get("warnings"):
         lines += [""] + [f"Warning: {w}" for w in summary["warnings"]]
     lines += ["", "Counts: " + "; ".join(
-        f"{model}: {m['n_rows']} rows, {m['n_questions']} questions, {m['n_undefined']} undefined (single row), "
+        f"{model}: {m['n_rows']} rows, {m['n_questions']} questions, {m['n_undefined']} undefined (fewer than two answers), "
         f"{m['n_skipped_rows']} rows skipped" for model, m in summary["models"].items()), ""]
     if summary.get("undefined_questions"):
         lines += ["Undefined questions (fewer than two answers; excluded from the means): " + ", ".join(
@@ -209,7 +209,7 @@ def score_responses(
     kept: dict[str, list] = {"responses": [], "edges": []}
     question_rows: list[dict] = []
     n_chunks = -(-sum(v > 0 for v in index.valid_rows.values()) // config.chunk_questions)
-    bar = tqdm(total=n_chunks, desc="scoring", disable=not progress, unit="chunk")
+    bar = progress_bar(total=n_chunks, desc="scoring", enabled=progress, unit="chunk")
     fix_mmap_threshold()  # memory flat over chunks (sage/heap.py)
     for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
         chunk = canonical_order(chunk.reset_index(drop=True))

@@ -139,3 +139,37 @@ def test_repeated_questions_are_merged_and_counted(tmp_path):
     path.write_text("question_id,question\nq1,Is lying wrong?\nq1,Is lying wrong?\nq2,Is stealing wrong?\n")
     df = read_questions(path)
     assert df["question_id"].tolist() == ["q1", "q2"] and df.attrs["repeated_questions_merged"] == 1
+
+
+def test_click_usage_errors_are_one_line_too(tmp_path):
+    """Issue 29: `sage score --responses DIR` (and any option click rejects) gives one error line,
+    exit status 2, like every other bad input."""
+    assert_clean_error(run_sage("score", "--responses", tmp_path), "'--responses'", "is a directory", "--help")
+    assert_clean_error(run_sage("score", "--bogus"), "No such option '--bogus'")
+    assert_clean_error(run_sage("nosuchcommand"), "No such command 'nosuchcommand'")
+
+
+def test_no_progress_hides_every_bar(tmp_path):
+    """Issue 29: --no-progress hides sage's bars and the libraries' (transformers' weight loading)."""
+    proc = run_sage("score", "--responses", DEMO, "--metrics", "sge,cosine", "--out", tmp_path / "o", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert "it/s" not in proc.stderr and "%|" not in proc.stderr and "Loading weights" not in proc.stderr
+
+
+def test_bad_input_leaves_no_output_folder_behind(tmp_path, countermoral_dir):
+    """Issue 29: a command stopped by bad input (an unknown model name, a bad questions file) writes
+    nothing: not even an empty output folder."""
+    bad_questions = tmp_path / "questions.csv"
+    bad_questions.write_text("id,text\nq1,Is it wrong to lie?\n")  # no 'question' column
+    runs = {
+        "score-model": ["score", "--model", "no-such-model", "--out"],
+        "score-questions": ["score", "--questions", bad_questions, "--out"],
+        "edit-model": ["edit", "--method", "rome", "--model", "no-such-model", "--limit", "1", "--data",
+                       countermoral_dir, "--out"],
+        "study-model": ["study", "edit-consistency", "--method", "rome", "--model", "no-such-model", "--limit", "1",
+                        "--data", countermoral_dir, "--out"],
+    }
+    for name, args in runs.items():
+        proc = run_sage(*args, tmp_path / name)
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert not (tmp_path / name).exists(), name

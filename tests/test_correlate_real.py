@@ -61,3 +61,30 @@ def test_score_annotate_correlate_report(quality100, tmp_path):
     _sage("report", run)
     page = (run / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3
+
+
+def test_labels_of_one_class_say_why_and_write_null(quality100, tmp_path):
+    """Issue 29, item 9: labels that are all one class make every correlation undefined; the command
+    says why in one warning line, and correlation.json is strict JSON with null (no bare NaN)."""
+    df = pd.read_csv(quality100 / "q100_gpt_3.5_rot.csv")
+    df = df[df.question_id.isin(df.question_id.unique()[:6])]
+    df.to_csv(tmp_path / "q6.csv", index=False)
+    run = tmp_path / "run"
+    _sage("score", "--responses", tmp_path / "q6.csv", "--out", run, "--metrics", "sge,bleu", "--sge-edges", "bleu",
+          "--n-boot", "50", "--no-progress")
+    _sage("annotate", "export", tmp_path / "q6.csv", "--out", tmp_path / "exp", "--seed", "1")
+    pairs = pd.read_csv(tmp_path / "exp" / "pairs.csv", dtype=str, keep_default_na=False)
+    for name in ("r1", "r2"):
+        pairs[name] = "entailment"
+    pairs.to_csv(tmp_path / "filled.csv", index=False)
+    proc = _sage("correlate", run, "--labels", tmp_path / "filled.csv", "--n-boot", "50")
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "all one class" in warnings[0] and "null" in warnings[0]
+    text = (run / "correlation" / "correlation.json").read_text()
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    res = json.loads(text, parse_constant=refuse)
+    assert res["correlations"] and all(r["r"] is None for r in res["correlations"])
+    assert res["warnings"] == [warnings[0].removeprefix("warning: ")]

@@ -292,6 +292,35 @@ def test_a_200_whose_body_is_not_a_completion_is_retried_then_one_line(proxy, tm
     assert CliRunner().invoke(cli, args).exit_code == 0 and proxy.requests == served + 1  # only the lost one
 
 
+def test_score_takes_the_server_options_of_generate(proxy, tmp_path):
+    """Issue 29, item 6: `sage score --model ... --base-url` has --timeout and --max-retries (one
+    definition with `sage generate`), so a hanging server fails after them, in one line."""
+    from cli_helpers import assert_clean_error, run_sage
+
+    proxy.faults = ["hang"] * 4
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question\nq1,Is it wrong to lie?\n")
+    proc = run_sage("score", "--model", "smollm2-135m", "--base-url", proxy.url, "--questions", q,
+                    "--timeout", "1", "--max-retries", "1", "--out", tmp_path / "out", "--no-progress")
+    assert_clean_error(proc, proxy.url, "failed after 2 attempts", "APITimeoutError", "--timeout")
+    assert proxy.requests == 4  # the first paraphrase round asks twice; each request tried twice
+
+
+def test_offline_means_no_downloads_and_still_calls_named_endpoints(proxy, tmp_path):
+    """Issue 29: --offline downloads nothing; an endpoint the user names with --base-url is what they
+    asked for, so it is still called (README and --help say so)."""
+    from cli_helpers import run_sage
+
+    assert "--base-url are still called" in " ".join(run_sage("--help").stdout.split())
+    q = tmp_path / "q.csv"
+    q.write_text("question_id,question\nq1,Is it wrong to lie?\n")
+    proc = run_sage("--offline", "generate", "answers", "--questions", q, "--model", "smollm2-135m", "--backend",
+                    "openai", "--base-url", proxy.url, "--max-new-tokens", "4", "--out-dir", tmp_path / "out",
+                    "--cache", tmp_path / "c.sqlite", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert proxy.requests == 1
+
+
 def test_several_servers_share_requests_and_bounded_concurrency(llama_server):
     a, b = FaultProxy(llama_server), FaultProxy(llama_server)
     try:
@@ -338,7 +367,7 @@ def test_finished_requests_of_a_failed_batch_are_cached(proxy, tmp_path):
     reqs = [_chat("Is it fair to cut in line?", n=3), _chat("Should you keep a promise?", n=3)]
     with pytest.raises(BackendError, match="HTTP 500"):
         cached.generate(reqs)
-    assert proxy.requests == 2
+    assert proxy.requests == 4  # the first paraphrase round asks twice; each request tried twice
     outs = cached.generate(reqs)  # only the failed request goes to the server again
     assert proxy.requests == 3 and all(o.text.strip() for o in outs)
     assert [o.cached for o in outs] == [False, True]

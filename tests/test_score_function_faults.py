@@ -100,3 +100,20 @@ def test_skip_invalid_lists_a_question_whose_answers_are_all_empty(tmp_path):
     assert per_model["n_skipped_rows"] == int(rows.sum())
     questions = pd.read_csv(tmp_path / "out" / "questions.csv", dtype={"question_id": str})
     assert questions.loc[(questions["model"] == model) & (questions["question_id"] == first), "n"].tolist() == [0]
+
+
+def test_repeated_question_rows_are_merged_and_counted_in_the_summary(tmp_path):
+    """Issue 29: the same (question_id, question) twice is one question, counted in summary.json."""
+    from sage.generation.callable_backend import register_function
+
+    def paraphrase(question: str, n: str) -> str:
+        return "\n".join(f"{i + 1}. {question.rstrip('?')}, in your view number {i + 1}?" for i in range(int(n)))
+
+    register_function("numbered-paraphrases", paraphrase)
+    table = pd.DataFrame({"question_id": ["a", "a", "b"],
+                          "question": ["Is cheating wrong?", "Is cheating wrong?", "Is stealing wrong?"]})
+    result = sage.score(table, lambda q: f"It depends: {q}", name="dup-v1", rot_fn=_rot, paraphrases=2,
+                        paraphraser="numbered-paraphrases", paraphraser_backend="callable", min_parascore=0.0,
+                        out_dir=tmp_path / "run", cache_path=str(tmp_path / "c.sqlite"), progress=False)
+    assert result.summary["questions_file"] == {"n_questions": 2, "repeated_questions_merged": 1}
+    assert result.summary["models"]["dup-v1"]["n_questions"] == 2

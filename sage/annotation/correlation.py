@@ -297,6 +297,9 @@ def correlation_markdown(result: dict[str, Any]) -> str:
         f"({c['labelled_questions_not_in_run']} labelled questions not in the run, "
         f"{c.get('questions_below_min_pairs', 0)} below --min-pairs). "
         f"95% CIs: percentile bootstrap over questions, {result['n_boot']} resamples, seed {result['seed']}.", "",
+    ]
+    lines += [f"Warning: {w}" for w in result.get("warnings", [])] + ([""] if result.get("warnings") else [])
+    lines += [
         "| correlation with human | " + " | ".join(metrics) + " |",
         "|---|" + "---|" * len(metrics),
     ]
@@ -313,6 +316,24 @@ def correlation_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {d['metric_a']} | {d['metric_b']} | {d['method']} | {d['difference']:.4f} | "
                          f"[{d['ci95_low']:.4f}, {d['ci95_high']:.4f}] | {d['p_value']:.3g} |")
     return "\n".join(lines) + "\n"
+
+
+def undefined_reasons(joined, cols, definition: str) -> list[str]:
+    """Why correlations are undefined (null): a side that does not vary over the joined questions."""
+    out = []
+    human = joined["human"].dropna()
+    if len(human) and human.nunique() <= 1:
+        out.append(f"every question has the same human consistency ({float(human.iloc[0]):.3f}) under --definition "
+                   f"{definition}: the labels are all one class, so no correlation with people is defined (written as "
+                   "null); label pairs of both kinds, or try --definition graded")
+    if len(joined) < 3:
+        out.append(f"only {len(joined)} question(s) joined the labels; correlations need at least 3 (written as null)")
+    for col in cols:
+        values = joined[col].dropna() if col in joined.columns else joined.iloc[:0, 0]
+        if len(values) >= 3 and values.nunique() <= 1:
+            out.append(f"metric {col} is the same ({float(values.iloc[0]):.3f}) on every joined question, so its "
+                       "correlations are undefined (written as null)")
+    return out
 
 
 def run_correlation(labels, pair_meta, questions, definition="entail", aggregate="mean", kind="answer",
@@ -334,6 +355,6 @@ def run_correlation(labels, pair_meta, questions, definition="entail", aggregate
     return {
         "definition": definition, "aggregate": aggregate, "kind": kind, "methods": list(methods),
         "metrics": cols, "n_boot": n_boot, "seed": seed, "min_pairs": min_pairs, "counts": counts,
-        "correlations": recs, "comparisons": diffs,
+        "correlations": recs, "comparisons": diffs, "warnings": undefined_reasons(joined, cols, definition),
         "human": joined[["model", "question_id", "n_pairs", "n_labels", "human"]].to_dict(orient="records"),
     }

@@ -1,7 +1,6 @@
 """`sage correlate`: per-question human consistency against every metric column of a run."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -52,6 +51,7 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
     )
     from sage.annotation.importer import read_labels, read_pairs, unmatched_note
     from sage.annotation.pairs import build_pairs
+    from sage.data.files import write_json
     from sage.data.responses import read_responses
     from sage.errors import SageInputError
 
@@ -90,7 +90,7 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
                                    seed, primary)
     out_dir = out_dir or (run_dir / "correlation")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "correlation.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
+    write_json(out_dir / "correlation.json", result)  # strict JSON: undefined values are null
     from sage.annotation.validity import validity_markdown
 
     md = correlation_markdown(result) + validity_markdown(result["validity"])
@@ -99,6 +99,8 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
         md += f"\nSkipped (--ignore-unknown): {note}.\n"
     (out_dir / "correlation.md").write_text(md, encoding="utf-8")
     click.echo(md)
+    for warning in result["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"written: {out_dir / 'correlation.json'}, {out_dir / 'correlation.md'}")
 
 
@@ -113,8 +115,3 @@ def _validity(run_dir, labels, meta, questions, result, definition, aggregate, k
     return run_validity(labels, meta, questions, pd.DataFrame(result["human"]), edges, definition, aggregate, kind,
                         result["metrics"], n_boot, seed, primary)
 
-
-def _json_default(obj):
-    if hasattr(obj, "item"):
-        return obj.item()
-    return str(obj)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from sage.cli.options import progress_option
+
 
 @click.group("data")
 def command():
@@ -42,7 +44,7 @@ def list_cmd():
 @click.argument("names", nargs=-1, required=True)
 @click.option("--to", "to", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory to put the files in (one dataset only; default: $SAGE_CACHE_DIR/data/NAME).")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@progress_option
 def download_cmd(names, to, no_progress):
     """Download datasets by name, verify every file's sha256, and print where they are."""
     from sage.data.download import download_dataset

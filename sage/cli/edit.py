@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import executor_options, pop_executor, precision_options
+from sage.cli.options import (
+    executor_options,
+    pop_executor,
+    precision_options,
+    progress_option,
+)
 
 _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 
@@ -30,9 +35,10 @@ _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @precision_options
+@progress_option
 @executor_options
 def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch, hparams_file,
-            corpus, device, seed, dtype, device_map, **executor_kw):
+            corpus, device, seed, dtype, device_map, no_progress, **executor_kw):
     """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood.
 
     With --executor ray, the (method, framework, entry) units of the sweep run on a Ray cluster."""
@@ -46,6 +52,7 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
     from sage.editing.tables import write_tables
     from sage.executors import make_executor
     from sage.models.causal_lm import resolve_dtype
+    from sage.models.resolve import resolve_model_path
     from sage.settings import default_device
 
     executor_name, executor_opts = pop_executor(executor_kw)
@@ -60,8 +67,10 @@ def command(methods, frameworks, subset, model, out_dir, data_dir, limit, batch,
 
         raise SageInputError("--hparams holds one method's hyperparameters; pass exactly one --method")
     data = Path(data_dir) if data_dir else default_data_dir()
-    # Every file the run reads is checked before any model loads: one clear line, exit status 2.
+    # Every file the run reads, and the model's name, are checked before anything loads or is
+    # written: one clear line, exit status 2.
     check_data(data, [(m, batch) for m in methods], frameworks, subset, limit)
+    resolve_model_path(model, what="generator model", download=False)
     cfgs = [RunConfig(method=m, frameworks=frameworks, subset=subset, model=model,
                       out=Path(out_dir), data=str(data), limit=limit, batch=batch,
                       overrides=overrides, corpus=corpus,

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import DTYPE_CHOICES, executor_options, pop_executor
+from sage.cli.options import (
+    DTYPE_CHOICES,
+    executor_options,
+    pop_executor,
+    progress_option,
+    server_options,
+)
 
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
 
@@ -26,10 +32,6 @@ def _common(f):
         click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
                      help="Model weights' dtype: auto = bfloat16 on CUDA, float32 on CPU."),
         click.option("--device-map", default=None, help="'auto' spreads a large model over the GPUs (accelerate)."),
-        click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
-                     help="openai: requests in flight."),
-        click.option("--max-retries", default=5, show_default=True, type=click.IntRange(min=0)),
-        click.option("--timeout", default=60.0, show_default=True, type=float, help="openai: seconds per request."),
         click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(min=1),
                      help="vllm: GPUs per model."),
         click.option("--cache", "cache_path", default=None, type=click.Path(dir_okay=False),
@@ -39,7 +41,7 @@ def _common(f):
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return executor_options(f)
+    return progress_option(executor_options(server_options(f)))
 
 
 def _config(common: dict, **fields):

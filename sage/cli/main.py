@@ -44,13 +44,32 @@ class _SageGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
 
+    def main(self, args=None, prog_name=None, **extra):
+        """Click's own usage errors (a bad option value, a file option given a directory, an unknown
+        option) become one `error:` line and exit status 2, like every other bad input."""
+        extra.pop("standalone_mode", None)
+        try:
+            code = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message().rstrip('.')}{where}", err=True)
+            sys.exit(2)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 @click.group(cls=_SageGroup)
 @click.version_option(__version__, prog_name="sage")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option("--offline", is_flag=True,
-              help="Never touch the network: no model or dataset downloads (same as HF_HUB_OFFLINE=1).")
+              help="No model or dataset downloads (same as HF_HUB_OFFLINE=1); OpenAI-compatible endpoints named "
+                   "with --base-url are still called.")
 def cli(verbose: int, quiet: bool, offline: bool) -> None:
     """SaGE: semantic-graph consistency of language models on moral questions, and moral editing."""
     if offline:  # before any command imports huggingface_hub, which reads its flag at import

@@ -50,6 +50,46 @@ def preset_option(*, help_suffix: str = ""):
                         help=f"Named settings ({names()}); options given explicitly override them.{help_suffix}")
 
 
+def hide_progress() -> None:
+    """No progress bars from sage, transformers or huggingface_hub in this process and the ones it
+    starts (Ray workers, servers). tqdm reads TQDM_DISABLE when it is first imported, so this runs
+    while the command line is parsed, before any command imports it."""
+    import os
+    import sys
+
+    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:  # imported already (the Python API): switch its bars off too
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def progress_option(f):
+    """--no-progress: hide every progress bar (the command still gets the flag's value)."""
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:
+            hide_progress()
+        return value
+
+    return click.option("--no-progress", is_flag=True, is_eager=True, callback=callback,
+                        help="Hide progress bars (sage's, and the libraries' such as transformers' weight loading).")(f)
+
+
+def server_options(f):
+    """--concurrency, --max-retries and --timeout of OpenAI-compatible endpoints, shared by every
+    command that can generate through one (score, generate)."""
+    opts = [
+        click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
+                     help="openai: requests in flight."),
+        click.option("--max-retries", default=5, show_default=True, type=click.IntRange(min=0),
+                     help="openai: retries of a request after 429, 5xx, a timeout or a dropped connection."),
+        click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                     help="openai: seconds per request."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 _EXECUTOR_KEYS = ("executor", "ray_address", "workers", "cpus_per_worker", "gpus_per_worker")
 
 

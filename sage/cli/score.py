@@ -11,6 +11,8 @@ from sage.cli.options import (
     pop_executor,
     precision_options,
     preset_option,
+    progress_option,
+    server_options,
 )
 
 
@@ -44,7 +46,7 @@ def _print_summary(summary: dict) -> None:
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
               min_parascore, max_new_tokens, seed, device, dtype, device_map, out, record_logprobs=False,
-              executor="local", executor_opts=None):
+              executor="local", executor_opts=None, server=None):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig, run_pipeline
@@ -54,7 +56,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
                    rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
                    out_dir=str(out), answer_max_new_tokens=max_new_tokens, record_logprobs=record_logprobs,
-                   executor=executor)
+                   executor=executor, **(server or {}))
     if executor_opts is not None:
         options["executor_options"] = executor_opts
     if min_parascore is not None:
@@ -78,6 +80,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Answer sampling temperature (0 = greedy).")
 @click.option("--backend", default=None, help="Generation backend: transformers, llamacpp, vllm, openai (default: the model's).")
 @click.option("--base-url", "base_urls", multiple=True, help="OpenAI-compatible endpoint(s); repeat to spread requests.")
+@server_options
 @click.option("--paraphraser", default=None, help="Model writing paraphrases (default: the model under test).")
 @click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
@@ -121,10 +124,11 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @precision_options
 @click.option("--table-format", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
               help="Format of questions, responses and edges tables (parquet for large runs).")
-@click.option("--no-progress", is_flag=True, help="Hide progress bars.")
+@progress_option
 @preset_option()
 @executor_options
-def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
+def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, concurrency,
+            max_retries, timeout, paraphraser,
             rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
             nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
             bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
@@ -141,10 +145,6 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     from sage.scoring import ScoreConfig, score_responses
 
     executor, executor_opts = pop_executor(executor_kw)
-    if no_progress:  # every bar, the generation stages' and the libraries' included (tqdm reads it)
-        import os
-
-        os.environ["TQDM_DISABLE"] = "1"
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
@@ -166,7 +166,8 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
                        rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out,
-                       record_logprobs, executor, executor_opts)
+                       record_logprobs, executor, executor_opts,
+                       {"concurrency": concurrency, "max_retries": max_retries, "timeout": timeout})
         labels = {}
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two

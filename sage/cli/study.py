@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import click
 
-from sage.cli.options import executor_options, pop_executor, precision_options
+from sage.cli.options import (
+    executor_options,
+    pop_executor,
+    precision_options,
+    progress_option,
+)
 
 _FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
 
@@ -39,10 +44,11 @@ def command():
 @click.option("--device", default=None, help="torch device (default: SAGE_DEVICE or cuda if available).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @precision_options
+@progress_option
 @executor_options
 def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_dir, k, question_template,
                      completion_tokens, answer_tokens, rot_tokens, hparams_file, corpus, device, seed, dtype, device_map,
-            **executor_kw):
+                     no_progress, **executor_kw):
     """Before/after-edit SGE and baselines on completions and open-question answers and RoTs.
 
     With --executor ray, the pre-edit texts and each method's edits run as per-entry units on a Ray
@@ -76,8 +82,11 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
         cfg = replace(cfg, data=str(default_data_dir()))
     from sage.editing.runner import check_data
 
+    from sage.models.resolve import resolve_model_path
+
     check_data(cfg.data, [(m.partition(":")[0], m.partition(":")[2] == "batch") for m in cfg.methods],
                cfg.frameworks, cfg.subset, cfg.limit)
+    resolve_model_path(cfg.model, what="generator model", download=False)
     from sage.executors import make_executor
 
     with make_executor(executor, executor_opts) as ex:

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from sage.data.registry import DATASETS, Dataset, RemoteFile
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 from sage.settings import cache_dir, offline
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,6 @@ def download_dataset(name: str, *, to: str | Path | None = None, files: Iterable
     Files already present and matching their sha256 are not fetched again.
     """
     from filelock import FileLock
-    from tqdm import tqdm
 
     ds = DATASETS.get(name)
     root = dataset_dir(name, to)
@@ -239,8 +239,8 @@ def download_dataset(name: str, *, to: str | Path | None = None, files: Iterable
             return root
         log.info("downloading %d file(s) of %s (%s) into %s", len(todo), name, ds.source, root)
         errors: list[str] = []
-        with tqdm(total=sum(f.size for f in todo), unit="B", unit_scale=True, desc=name,
-                  disable=None if progress else True) as bar:
+        with progress_bar(total=sum(f.size for f in todo), unit="B", unit_scale=True, desc=name,
+                          enabled=None if progress else False) as bar:
             for f in todo:
                 part = root / (f.dest + ".part")
                 if part.exists():

@@ -97,3 +97,32 @@ def write_table(df, path: str | Path) -> Path:
         df.to_json(tmp, orient="records", lines=True, force_ascii=False)
     os.replace(tmp, path)  # never leave a half-written table behind
     return path
+
+
+def json_ready(obj):
+    """`obj` with every non-finite float (NaN, inf) as None and numpy scalars as Python numbers, so
+    it serialises as strict JSON (`null`, never a bare `NaN` that other JSON readers reject)."""
+    import math
+
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalar
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def write_json(path: str | Path, obj, indent: int = 2) -> Path:
+    """Strict JSON (`json_ready`), written atomically: temp file + rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(json_ready(obj), indent=indent, allow_nan=False, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -23,7 +23,6 @@ class RecordStore:
     def __init__(self, path: str | Path, key_field: str = "key"):
         self.path = Path(path)
         self.key_field = key_field
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.records: dict[str, dict] = {}
         self._load()
 
@@ -69,6 +68,11 @@ class RecordStore:
         return len(self.records)
 
     def append(self, records: Iterable[dict]) -> None:
+        records = list(records)
+        if not records:
+            return
+        # Created with the first record: a run stopped by bad input leaves no empty folders behind.
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             for rec in records:

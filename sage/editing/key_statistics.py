@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 from sage.editing.profiles import ModelProfile
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
@@ -246,9 +247,7 @@ def second_moments(model: Any, tokenizer: Any, profile: ModelProfile, layers: Se
     log.info("computing key statistics for layers %s over %d tokens of %s", todo, len(ids), corpus.source)
     t0 = time.perf_counter()
     try:
-        from tqdm.auto import tqdm
-
-        for s in tqdm(range(0, len(chunks), batch_size), desc="key statistics", leave=False):
+        for s in progress_bar(range(0, len(chunks), batch_size), desc="key statistics", leave=False):
             group = chunks[s:s + batch_size]
             width = max(len(c) for c in group)
             x = torch.zeros(len(group), width, dtype=torch.long)

@@ -31,6 +31,7 @@ from sage.editing.dataset import (
 from sage.editing.entry_measures import aggregate, entry_metrics, observe
 from sage.editing.scorer import LMScorer
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, git_revision, package_versions
 
 log = logging.getLogger(__name__)
@@ -224,9 +225,7 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
         if cfg.batch and not editor.supports_batch:
             raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
         step = [todo] if cfg.batch else [[r] for r in todo]
-        from tqdm.auto import tqdm
-
-        for group in tqdm(step, desc=f"{cfg.method} {fw}", leave=False):
+        for group in progress_bar(step, desc=f"{cfg.method} {fw}", leave=False):
             store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch, git=made_by))
         if editor.diagnostics():
             diagnostics[fw] = editor.diagnostics()

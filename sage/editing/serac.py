@@ -34,6 +34,7 @@ from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.scorer import LMScorer, target_nll
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,6 @@ def scope_pairs(entries: Sequence[EditRequest], rng: random.Random) -> list[tupl
 
 def train_scope_classifier(clf: ScopeClassifier, entries: Sequence[EditRequest], hp: SeracHParams) -> dict:
     import torch
-    from tqdm.auto import tqdm
-
     rng = random.Random(hp.seed)
     pairs = scope_pairs(entries, rng)[:hp.cls_max_pairs]
     torch.manual_seed(hp.seed)
@@ -138,7 +137,7 @@ def train_scope_classifier(clf: ScopeClassifier, entries: Sequence[EditRequest],
     clf.encoder.train()
     losses = []
     steps = hp.cls_epochs * -(-len(pairs) // hp.cls_batch)
-    bar = tqdm(total=steps, desc="SERAC scope classifier", leave=False)
+    bar = progress_bar(total=steps, desc="SERAC scope classifier", leave=False)
     for epoch in range(hp.cls_epochs):
         order = list(range(len(pairs)))
         random.Random(hp.seed + epoch).shuffle(order)
@@ -209,7 +208,6 @@ def counterfactual_model(lm: Any, hp: SeracHParams, entries: Sequence[EditReques
     import torch
     from peft import LoraConfig, get_peft_model
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
-    from tqdm.auto import tqdm
 
     from sage.editing.profiles import profile_for
 
@@ -230,7 +228,7 @@ def counterfactual_model(lm: Any, hp: SeracHParams, entries: Sequence[EditReques
         opt = torch.optim.Adam([p for p in peft_model.parameters() if p.requires_grad], lr=hp.cf_lr)
         peft_model.train()
         losses = []
-        for step in tqdm(range(hp.cf_steps), desc="SERAC counterfactual model", leave=False):
+        for step in progress_bar(range(hp.cf_steps), desc="SERAC counterfactual model", leave=False):
             at = (step * hp.cf_batch) % len(examples)
             chunk = (examples + examples)[at:at + hp.cf_batch]
             # the adapters live in `model` now (peft injects them in place)

@@ -28,6 +28,7 @@ from sage.editing.runner import (
     run_settings,
 )
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, git_revision
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,6 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
     """Run every configured method (one `RunConfig` each) on `executor` (default: this process);
     returns each run's summary. `device`: the workers' torch device (default: each worker's own
     default, e.g. cuda on GPU workers)."""
-    from tqdm.auto import tqdm
-
     from sage.editing.base import EDITORS
     from sage.executors import make_executor
 
@@ -113,7 +112,8 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
             if not work:
                 continue
             key = f"edit:{model}:{device}"
-            bar = tqdm(total=sum(len(u.uids) for _, u in work), desc=f"edits ({ex.name})", unit="entry", leave=False)
+            bar = progress_bar(total=sum(len(u.uids) for _, u in work), desc=f"edits ({ex.name})", unit="entry",
+                               leave=False)
             try:
                 for i, (rows, diagnostics) in ex.map(functools.partial(EditWorker, model, device),
                                                      [u for _, u in work], key=key):

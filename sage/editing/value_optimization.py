@@ -16,6 +16,7 @@ from sage.editing.capture import hooked
 from sage.editing.dataset import EditRequest
 from sage.editing.profiles import ModelProfile
 from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
+from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +173,6 @@ def optimize_deltas(model, tokenizer, profile: ModelProfile, layer: int,
     one takes its place, shortest suffixes first, so the batch stays full and evenly padded.
     Returns [N, d_model] in request order."""
     import torch
-    from tqdm.auto import tqdm
-
     d_model = profile.weight_kv(model, layer).shape[0]
     dev = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -187,7 +186,7 @@ def optimize_deltas(model, tokenizer, profile: ModelProfile, layer: int,
     saved_rg = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(False)
-    bar = tqdm(total=len(states), desc="value vectors", unit="edit", disable=not progress,
+    bar = progress_bar(total=len(states), desc="value vectors", unit="edit", enabled=progress,
                leave=False)
     active: list[_DeltaState] = []
     packed = None

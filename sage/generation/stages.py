@@ -15,6 +15,7 @@ from sage.api import GenerationBackend, SamplingParams
 from sage.data.records import RecordStore
 from sage.generation.base import build_requests
 from sage.generation.models import PromptFormat
+from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +109,10 @@ def run_items(
     desc: str = "generating",
 ) -> int:
     """Generate every unfinished item; returns how many were generated in this call."""
-    from tqdm.auto import tqdm
-
     todo = [it for it in items if it.key not in store]
     if len(todo) < len(items):
         log.info("%s: %d of %d items already done", desc, len(items) - len(todo), len(items))
-    bar = tqdm(total=len(todo), desc=desc, unit="item", disable=not todo, leave=False)
+    bar = progress_bar(total=len(todo), desc=desc, unit="item", enabled=bool(todo), leave=False)
     # The backend gets a window of many batches at once, so it can keep every slot (or worker)
     # busy; records are appended a batch at a time as rows finish, in whatever order they finish.
     window = batch_size * max(WINDOW_BATCHES, 2 * getattr(backend, "parallelism", 1))

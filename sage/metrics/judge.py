@@ -32,6 +32,7 @@ from sage.api import (
     SamplingParams,
 )
 from sage.metrics.similarity import SIMILARITIES
+from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +107,9 @@ class JudgeSimilarity(PairwiseSimilarity):
                    batch_size=o.judge_batch_size, cache_path=o.cache_path)
 
     def _judge(self, todo: list[tuple]) -> None:
-        from tqdm.auto import tqdm
-
         from sage.generation.base import build_requests
 
-        bar = tqdm(total=len(todo), desc="judge pairs", unit="pair", disable=None, leave=False)
+        bar = progress_bar(total=len(todo), desc="judge pairs", unit="pair", enabled=None, leave=False)
         for start in range(0, len(todo), CHUNK):
             chunk = todo[start:start + CHUNK]
             reqs: list[GenerationRequest] = build_requests(

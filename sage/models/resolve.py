@@ -54,9 +54,10 @@ def bundled_generator_gguf() -> Path:
     return files[0]
 
 
-def resolve_model_path(name: str, *, what: str = "model") -> Path:
+def resolve_model_path(name: str, *, what: str = "model", download: bool = True) -> Path | None:
     """Resolve `name` to a local directory or file (downloading a hub id if needed and online),
-    or raise one clear error line."""
+    or raise one clear error line. `download=False` only checks the name: a hub id that is not
+    cached yet (and would be downloaded, online) gives None."""
     if not name or not str(name).strip():
         raise ModelNotAvailableError(f"empty {what} name: pass a model id or a local path")
     name = str(name).strip()
@@ -76,6 +77,8 @@ def resolve_model_path(name: str, *, what: str = "model") -> Path:
         if snap is not None:
             return snap
         if not offline():
+            if not download:
+                return None
             from sage.models.hub import download_model
 
             return download_model(repo_id, what=what)

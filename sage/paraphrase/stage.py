@@ -22,6 +22,7 @@ from sage.errors import SageInputError
 from sage.generation.base import build_requests
 from sage.generation.models import PromptFormat
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
+from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +117,10 @@ def run_paraphrase_stage(
     cfg: ParaphraseConfig = ParaphraseConfig(),
 ) -> int:
     """Paraphrase every question not yet in `store`; returns the number of questions done now."""
-    from tqdm.auto import tqdm
-
     unique = questions.drop_duplicates("question_id")
     pending = [(r.question_id, r.question) for r in unique.itertuples(index=False) if r.question_id not in store]
-    bar = tqdm(total=len(pending), desc="paraphrases", unit="question", disable=not pending, leave=False)
+    bar = progress_bar(total=len(pending), desc="paraphrases", unit="question", enabled=bool(pending),
+                       leave=False)
     step = cfg.batch_size * backend.parallelism  # every worker of a cluster backend gets a batch
     for start in range(0, len(pending), step):
         chunk = pending[start : start + step]

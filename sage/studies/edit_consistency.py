@@ -25,6 +25,7 @@ import pandas as pd
 from sage.data.records import RecordStore
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
 
@@ -236,15 +237,13 @@ class _Study:
         """Units (state, uids) on the executor's study workers; the driver appends each result."""
         import functools
 
-        from tqdm.auto import tqdm
-
         from sage.executors import make_executor
 
         if not units:
             return
         ex = make_executor(executor)
         units = [(state, uids, {u: open_qs[u] for u in uids}) for state, uids in units]
-        bar = tqdm(total=sum(len(u[1]) for u in units), desc=desc, unit="entry", leave=False)
+        bar = progress_bar(total=sum(len(u[1]) for u in units), desc=desc, unit="entry", leave=False)
         try:
             for _, recs in ex.map(functools.partial(StudyWorker, self.cfg), units, key=f"study:{self.cfg.out}"):
                 store.append(recs)
