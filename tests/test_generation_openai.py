@@ -367,7 +367,7 @@ def test_finished_requests_of_a_failed_batch_are_cached(proxy, tmp_path):
     reqs = [_chat("Is it fair to cut in line?", n=3), _chat("Should you keep a promise?", n=3)]
     with pytest.raises(BackendError, match="HTTP 500"):
         cached.generate(reqs)
-    assert proxy.requests == 4  # the first paraphrase round asks twice; each request tried twice
+    assert proxy.requests == 2
     outs = cached.generate(reqs)  # only the failed request goes to the server again
     assert proxy.requests == 3 and all(o.text.strip() for o in outs)
     assert [o.cached for o in outs] == [False, True]
