@@ -171,26 +171,12 @@ def main(argv=None) -> int:
 
 
 def _with_labels(args, result, q) -> dict:
-    """`sage correlate`'s tables on this run (the run is written first, as `sage score` would)."""
-    import pandas as pd
+    """`sage correlate`'s tables on this run."""
+    from sage.annotation.validity import labels_report
 
-    from sage.annotation.correlation import (
-        correlation_markdown,
-        metric_columns,
-        run_correlation,
-    )
-    from sage.annotation.importer import read_labels
-    from sage.annotation.pairs import build_pairs
-    from sage.annotation.validity import run_validity, validity_markdown
-
-    resp = result.responses
-    pairs = build_pairs(resp, ("answer",)).pairs
-    ls = read_labels(args.labels, pairs, resp, None, None, True, "answer", None)
-    cols = metric_columns(q, ("sge_*", "se_*", "n_clusters_*", "meansim_*", "bleu_*", "rouge*", "bertscore_*",
-                              "cosine_*"))
-    corr = run_correlation(ls.labels, pairs, q, metrics=cols, methods=("spearman",), n_boot=1000, seed=args.seed)
-    val = run_validity(ls.labels, pairs, q, pd.DataFrame(corr["human"]), result.edges, metrics=cols, seed=args.seed)
-    return {"correlation": corr, "validity": val, "markdown": correlation_markdown(corr) + validity_markdown(val)}
+    return labels_report(args.labels, result.responses, q, result.edges, seed=args.seed,
+                         metrics=("sge_*", "se_*", "n_clusters_*", "meansim_*", "bleu_*", "rouge*", "bertscore_*",
+                                  "cosine_*"))
 
 
 if __name__ == "__main__":

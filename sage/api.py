@@ -66,15 +66,21 @@ class PairwiseSimilarity(ABC):
 class EntailmentRelations:
     """One group's directional judgments: `entails[i, j]` says node i entails node j (NLI: the
     most probable label for premise i, hypothesis j is entailment; judge: P(yes) > 0.5 with i shown
-    first). `values` holds the directional numbers behind it (name -> n x n), for inspection."""
+    first). `labels[i, j]` is the 3-way label (`sage.metrics.semantic_entropy`: 0 entailment,
+    1 neutral, 2 contradiction; a binary judge gives 0 or 2); `agrees[i, j]` says
+    P(entailment) > P(contradiction) (LM-Polygraph's NumSemSets edge). Both default to what
+    `entails` implies. `values` holds the directional numbers behind them (name -> n x n)."""
 
     entails: np.ndarray
     values: dict[str, np.ndarray] = field(default_factory=dict)
+    labels: np.ndarray | None = None
+    agrees: np.ndarray | None = None
 
-    @property
-    def equivalent(self) -> np.ndarray:
-        """Bidirectional entailment: i and j entail each other."""
-        return self.entails & self.entails.T
+    def __post_init__(self):
+        if self.labels is None:
+            self.labels = np.where(self.entails, 0, 2)
+        if self.agrees is None:
+            self.agrees = np.asarray(self.entails, dtype=bool)
 
 
 # --------------------------------------------------------------------------- generation
@@ -98,6 +104,11 @@ class SamplingParams:
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
 
+    @property
+    def samples_model_distribution(self) -> bool:
+        """Greedy, or temperature 1 without top-p: tokens come from the model's own softmax."""
+        return self.top_p >= 1.0 and self.temperature in (0.0, 1.0)
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -120,19 +131,27 @@ class Generation:
     first generated token is the token that starts that string right after the prompt (over the
     whole vocabulary on transformers and llama.cpp; from the top-20 list on vLLM and the
     OpenAI-compatible backend, which matches token texts, -inf when not listed); None when the
-    backend returned no log-probabilities."""
+    backend returned no log-probabilities.
+
+    `token_logprobs` are each generated token's log-probability under the model (log-softmax of
+    its logits); `sampled_logprobs` under the distribution the token was drawn from (logits
+    divided by the temperature, top-p truncated and renormalised; the model's own when greedy),
+    as semantic entropy's reference records them. Backends that report only one of them leave
+    `sampled_logprobs` None (`GenerationBackend.reports_sampled_logprobs`)."""
 
     text: str
     token_logprobs: list[float] | None = None
     finish_reason: str | None = None
     cached: bool = False
     candidate_logprobs: dict[str, float] | None = None
+    sampled_logprobs: list[float] | None = None
 
 
 class GenerationBackend(ABC):
     """Batched generation. Implementations must be deterministic for a fixed seed and sample."""
 
     name: str = ""
+    reports_sampled_logprobs: bool = False  # fills Generation.sampled_logprobs when logprobs are asked for
     #: False for backends that stay on the driver under a cluster executor (a network client, a
     #: Python function of the driver's process); True where workers can each hold a copy.
     distributable: bool = True

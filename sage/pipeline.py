@@ -37,7 +37,8 @@ RESPONSE_COLUMNS = [
     "question_id", "question", "paraphrase_id", "paraphrase", "paraphrase_score",
     "model", "sample", "answer", "rot",
 ]
-LOGPROB_COLUMNS = ["answer_logprob", "answer_tokens"]  # with record_logprobs (weighted semantic entropy)
+# With record_logprobs (weighted semantic entropy): under the model, under the distribution sampled from.
+LOGPROB_COLUMNS = ["answer_logprob", "answer_tokens", "answer_logprob_sampled"]
 
 
 @dataclass(frozen=True)
@@ -207,8 +208,11 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: _Backends | Non
         df["model"] = spec.alias
         df["answer"] = [store.records[it.key]["answer"] for it in items]
         if cfg.record_logprobs:  # of the raw generated tokens (before cleaning), end-of-sequence excluded
+            records = [store.records[it.key] for it in items]
             for extra in LOGPROB_COLUMNS:
-                df[extra] = [store.records[it.key].get(extra) for it in items]
+                df[extra] = [r.get(extra) for r in records]
+            if params.samples_model_distribution:  # records written before the sampled column existed
+                df["answer_logprob_sampled"] = df["answer_logprob_sampled"].fillna(df["answer_logprob"])
         return df
     finally:
         if own:

@@ -18,16 +18,19 @@ import pandas as pd
 from sage.data.responses import as_responses, load_responses, write_responses
 from sage.errors import SageInputError
 from sage.heap import fix_mmap_threshold, release_free_heap
+from sage.metrics.graph_measures import GraphOptions
 from sage.metrics.question_metrics import (
     BASELINES,
     COLUMN_EDGE,
     LABELS,
+    METRIC_ALIASES,
     QUESTION_METRICS,
     QuestionView,
     column_edge_applies,
     edge_column,
     is_column_edge,
 )
+from sage.metrics.semantic_entropy import CLUSTERING_RULES, EQUIVALENCE_RULES
 from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.progress import progress_bar
@@ -45,14 +48,24 @@ class ScoreConfig:
     on: tuple[str, ...] | None = None  # None: answer, plus rot when the table has RoTs
     sge_edges: tuple[str, ...] = ("cosine",)  # the first names the plain sge_<col> columns
     similarity: SimilarityOptions = field(default_factory=SimilarityOptions)
+    graph: GraphOptions = field(default_factory=GraphOptions)  # num_sets, eigv, degree, eccentricity, kle
+    se_equivalence: str = "loose"  # semantic entropy: loose or strict (sage.metrics.semantic_entropy)
+    se_clustering: str = "reference"  # reference (get_semantic_ids), first-member, chain
     skip_invalid: bool = False
     chunk_questions: int = 100  # questions scored together: memory is bounded by the chunk, not the table
     n_boot: int = 2000
     seed: int = 0
 
     def __post_init__(self):
+        # Aliases name a metric sage already computes (lexsim = rouge_l): one entry, computed once.
+        object.__setattr__(self, "metrics", tuple(dict.fromkeys(METRIC_ALIASES.get(m, m) for m in self.metrics)))
         for m in self.metrics:
             QUESTION_METRICS.get(m)  # one-line error naming the choices
+        if self.se_equivalence not in EQUIVALENCE_RULES:
+            raise SageInputError(f"unknown --se-equivalence {self.se_equivalence!r}; choose {' or '.join(EQUIVALENCE_RULES)}")
+        if self.se_clustering not in CLUSTERING_RULES:
+            raise SageInputError(f"unknown --se-clustering {self.se_clustering!r}; choose one of "
+                                 f"{', '.join(CLUSTERING_RULES)}")
         for e in self.sge_edges:
             if e not in SIMILARITIES and not is_column_edge(e):
                 raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from "
@@ -78,7 +91,9 @@ class ScoreConfig:
                                   if not is_column_edge(n)))
 
     def column_edges(self) -> list[str]:
-        return [e for e in self.sge_edges if is_column_edge(e)] if "sge" in self.metrics else []
+        """Column edges some chosen metric reads (SGE and the graph measures use every edge)."""
+        return list(dict.fromkeys(n for m in self.question_metrics() for n in m.similarities(self)
+                                  if is_column_edge(n)))
 
 
 def sge_column(edge: str, primary: str, col: str, part: str = "sge") -> str:
@@ -310,7 +325,7 @@ class _ChunkScorer:
                 for metric in self.metrics:
                     row.update(metric.columns(self.config, view))
             out.append(row)
-        edges = edge_table(df, keys, group_rows, self.on, sims, relations)
+        edges = edge_table(df, keys, group_rows, self.on, sims, relations, self.config.se_equivalence)
         self.timings["sge_and_aggregation"] += time.perf_counter() - t0
         return out, edges
 
@@ -339,7 +354,7 @@ def _config_with(config: ScoreConfig | None, overrides: dict) -> ScoreConfig:
     if not overrides:
         return config
     fields = asdict(config)
-    fields["similarity"] = config.similarity
+    fields.update(similarity=config.similarity, graph=config.graph)  # nested options stay objects
     unknown = set(overrides) - set(fields)
     if unknown:
         raise TypeError(f"unknown score_responses options: {sorted(unknown)}")

@@ -86,8 +86,47 @@ def test_edge_similarities_and_batching(tiny_models):
 def test_identical_texts_entail_each_other_without_a_model_call(tiny_models):
     sim = NLISimilarity(str(tiny_models["mnli"]))
     rel = sim.relations([["same answer", "same answer", "other answer"]])[0]
-    assert rel.equivalent[0, 1] and rel.values["p_entailment"][0, 1] == 1.0
+    assert rel.labels[0, 1] == rel.labels[1, 0] == 0 and rel.values["p_entailment"][0, 1] == 1.0
+    assert rel.agrees[0, 1] and rel.agrees[1, 0]
     assert sim.n_scored == 2  # two distinct ordered text pairs: same -> other, other -> same
+
+
+def test_inputs_are_conditioned_on_the_question_as_the_references_do(tiny_models):
+    """Each side is "{question} {answer}" where the group's question is known (Kuhn et al.,
+    Farquhar et al.'s --condition_on_question, Lin et al.); the answers alone without one or with
+    question=False."""
+    path = tiny_models["mnli"]
+    questions = ["Is it okay to lie to a friend?", None]
+    rels = NLISimilarity(str(path)).relations(GROUPS, questions)
+    plain = NLISimilarity(str(path), question=False).relations(GROUPS, questions)
+    for g, q, rel, rel_plain in zip(GROUPS, questions, rels, plain):
+        for i, a in enumerate(g):
+            for j, b in enumerate(g):
+                if i == j:
+                    continue
+                sent = (f"{q} {a}", f"{q} {b}") if q else (a, b)
+                ref = _pipeline_probs(path, *sent)
+                bare = _pipeline_probs(path, a, b)
+                for k, lab in enumerate(LABELS):
+                    assert rel.values[f"p_{lab}"][i, j] == pytest.approx(ref[lab], abs=1e-6)
+                    assert rel_plain.values[f"p_{lab}"][i, j] == pytest.approx(bare[lab], abs=1e-6)
+                assert rel.labels[i, j] == LABELS.index(max(ref, key=ref.get))
+                assert rel.agrees[i, j] == (ref["entailment"] > ref["contradiction"])
+    # conditioning changes the model's inputs, so the probabilities of the first group differ
+    assert not np.allclose(rels[0].values["p_entailment"], plain[0].values["p_entailment"])
+    np.testing.assert_allclose(rels[1].values["p_entailment"], plain[1].values["p_entailment"], atol=1e-6)
+    d = NLISimilarity(str(path)).describe()
+    assert d["question_conditioning"] is True
+
+
+def test_graded_edge_weights_entailment_one_neutral_half(tiny_models):
+    path = str(tiny_models["mnli"])
+    rels = NLISimilarity(path).relations(GROUPS)
+    for s, rel in zip(NLISimilarity(path, edge="graded").matrices(GROUPS), rels):
+        w = rel.values["p_entailment"] + 0.5 * rel.values["p_neutral"]
+        off = ~np.eye(3, dtype=bool)
+        np.testing.assert_allclose(s[off], ((w + w.T) / 2)[off], atol=1e-12)
+        assert np.allclose(np.diag(s), 1.0)
 
 
 def test_label_indices_and_errors(tmp_path):

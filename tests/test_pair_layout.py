@@ -28,10 +28,12 @@ def _independent_sge(sim: np.ndarray) -> float:
     return 1.0 - D * H
 
 
-def _authors_mean(path, column: str) -> float:
+def authors_matrices(path, column: str) -> dict[str, tuple[list[str], np.ndarray]]:
+    """Per question of an authors' pair file: its answers (nodes in order of appearance) and the
+    column's similarity matrix, rebuilt here from the pairs."""
     pairs = pd.read_csv(path, keep_default_na=False)
-    values = []
-    for _, g in pairs.groupby("question_id", sort=False):
+    out = {}
+    for qid, g in pairs.groupby("question_id", sort=False):
         nodes: dict = {}
         for r in g.itertuples():
             for side in ("1", "2"):
@@ -42,8 +44,12 @@ def _authors_mean(path, column: str) -> float:
             a = nodes[(r.paraphrased_1, r.model_output_1, r.rot_1)]
             b = nodes[(r.paraphrased_2, r.model_output_2, r.rot_2)]
             sim[a, b] = sim[b, a] = getattr(r, column)
-        values.append(_independent_sge(sim))
-    return float(np.mean(values))
+        out[str(qid)] = ([k[1] for k in nodes], sim)
+    return out
+
+
+def _authors_mean(path, column: str) -> float:
+    return float(np.mean([_independent_sge(sim) for _, sim in authors_matrices(path, column).values()]))
 
 
 def test_golden_sge_over_the_authors_cosine_column(quality100):

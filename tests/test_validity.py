@@ -101,8 +101,10 @@ def test_redundancy_flags_an_sge_that_only_repeats_the_mean():
 def test_ranking_orients_entropies_and_tests_against_the_best():
     q, h = _questions()
     joined = h.merge(q, on=["model", "question_id"])
-    rows = ranking(joined, ["sge_answer", "se_answer", "bleu_answer", "sge_nli_answer"], n_boot=300)
+    rows, vs_sge = ranking(joined, ["sge_answer", "se_answer", "bleu_answer", "sge_nli_answer"], n_boot=300)
     assert [r["metric"] for r in rows][:2] == ["sge_nli_answer", "se_answer"]
+    assert vs_sge["best"] == "sge_nli_answer" and vs_sge["sge"] == "sge_answer" and vs_sge["p_value"] < 0.05
+    assert oriented("eigv_answer") == oriented("kle_nli_rot") == oriented("num_sets_answer") == -1
     assert oriented("se_answer") == -1 and oriented("n_clusters_judge_rot") == -1 and oriented("sge_answer") == 1
     by = {r["metric"]: r for r in rows}
     assert by["se_answer"]["r"] > 0.9  # negated: lower entropy = more consistent
@@ -110,18 +112,23 @@ def test_ranking_orients_entropies_and_tests_against_the_best():
     assert "difference_from_best" not in by["sge_nli_answer"]
 
 
+def _word_answers(path, rng, *, n_questions, n_words, per_question, drift, levels):
+    """A responses table whose questions differ in how much their answers drift from one base text."""
+    words = "honesty trust lie truth friend promise keep break kind harm fair rule help owe".split()
+    rows = []
+    for q in range(n_questions):
+        base = list(rng.choice(words, n_words))
+        for p in range(per_question):
+            text = [w if rng.random() > drift * (q % levels) else str(rng.choice(words)) for w in base]
+            rows.append({"question_id": f"q{q}", "question": f"Question {q}?", "paraphrase_id": p,
+                         "answer": " ".join(text)})
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
 def test_sage_correlate_prints_pair_level_redundancy_and_ranking_tables(tmp_path):
     """Real files end to end: score (lexical edges) -> synthetic labels that follow ROUGE-L -> correlate."""
     rng = np.random.default_rng(0)
-    words = "honesty trust lie truth friend promise keep break kind harm fair rule help owe".split()
-    rows = []
-    for q in range(12):
-        base = list(rng.choice(words, 6))
-        for p in range(4):
-            text = [w if rng.random() > 0.15 * (q % 4) else str(rng.choice(words)) for w in base]
-            rows.append({"question_id": f"q{q}", "question": f"Question {q}?", "paraphrase_id": p,
-                         "answer": " ".join(text)})
-    pd.DataFrame(rows).to_csv(tmp_path / "r.csv", index=False)
+    _word_answers(tmp_path / "r.csv", rng, n_questions=12, n_words=6, per_question=4, drift=0.15, levels=4)
     run = tmp_path / "run"
     proc = run_sage("score", "--responses", tmp_path / "r.csv", "--metrics", "sge,bleu,rouge_l",
                     "--sge-edges", "rouge_l,bleu", "--n-boot", "50", "--no-progress", "--out", run)
@@ -146,3 +153,55 @@ def test_sage_correlate_prints_pair_level_redundancy_and_ranking_tables(tmp_path
     assert set(red) == {"sge_answer", "sge_bleu_answer"} and -1 <= red["sge_answer"]["r_sge_meansim"] <= 1
     assert {r["metric"] for r in v["ranking"]} == {"sge_answer", "sge_bleu_answer", "bleu_answer", "rouge_l_answer"}
     assert "correlation with human" in (run / "correlation" / "correlation.md").read_text()
+
+
+def test_sage_correlate_ranks_every_graph_measure_with_cis_pearson_edge_auroc_and_a_test_against_sge(tmp_path):
+    """A run with every graph measure on two edges, a label file built here (labels follow ROUGE-L),
+    then `sage correlate`: each measure ranked with Spearman and its CI, Pearson, its edge's
+    pair-level AUROC, and the best measure tested against SGE; every number recomputed here."""
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    _word_answers(tmp_path / "r.csv", rng, n_questions=16, n_words=7, per_question=5, drift=0.12, levels=5)
+    run = tmp_path / "run"
+    measures = "sge,num_sets,eigv,degree,eccentricity,kle,bleu,rouge_l"
+    proc = run_sage("score", "--responses", tmp_path / "r.csv", "--metrics", measures, "--sge-edges", "bleu,rouge_l",
+                    "--n-boot", "50", "--no-progress", "--out", run)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    edges = pd.read_csv(run / "edges.csv")
+    cut = np.median(edges["rouge_l"])
+    labels = edges[["pair_id"]].copy()
+    for a, flip in (("ann1", 0.05), ("ann2", 0.1), ("ann3", 0.2)):
+        labels[a] = np.where((edges["rouge_l"] > cut) ^ (rng.random(len(edges)) < flip), "Y", "N")
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    proc = run_sage("correlate", run, "--labels", tmp_path / "labels.csv", "--n-boot", "300")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Metrics ranked by agreement with people" in proc.stdout and "Best measure against SGE" in proc.stdout
+    out = json.loads((run / "correlation" / "correlation.json").read_text())
+    v = out["validity"]
+    q = pd.read_csv(run / "questions.csv", dtype={"question_id": str})
+    human = pd.DataFrame(out["human"]).merge(q, on=["model", "question_id"])
+    ranked = [r["metric"] for r in v["ranking"]]
+    expected = {f"{m}_answer" for m in ("sge", "num_sets", "eigv", "degree", "eccentricity", "kle", "bleu", "rouge_l")}
+    expected |= {f"{m}_rouge_l_answer" for m in ("sge", "num_sets", "eigv", "degree", "eccentricity", "kle")}
+    assert expected <= set(ranked)
+    finite = [r["r"] for r in v["ranking"] if np.isfinite(r["r"])]
+    assert finite == sorted(finite, reverse=True)
+    auc = {p["similarity"]: p["auroc"] for p in v["pairs"]}
+    for r in v["ranking"]:
+        sign = -1 if r["metric"].split("_")[0] in ("num", "eigv", "degree", "eccentricity", "kle") else 1
+        assert r["orientation"] == sign
+        x, h = sign * human[r["metric"]].to_numpy(float), human["human"].to_numpy(float)
+        if np.ptp(x) == 0:
+            continue
+        assert r["r"] == pytest.approx(stats.spearmanr(x, h)[0], abs=1e-12)
+        assert r["pearson"] == pytest.approx(stats.pearsonr(x, h)[0], abs=1e-12)
+        assert r["r_ci95"][0] <= r["r"] + 1e-9 and r["pearson_ci95"][0] <= r["pearson_ci95"][1]
+        edge = "rouge_l" if "rouge_l" in r["metric"] else "bleu"
+        assert r["edge"] == edge and r["edge_auroc"] == pytest.approx(auc[edge])
+    b = v["best_vs_sge"]
+    assert b["best"] == ranked[0] and b["sge"] == "sge_answer"
+    if "note" not in b:
+        by = {r["metric"]: r for r in v["ranking"]}
+        assert b["difference"] == pytest.approx(by[b["best"]]["r"] - by["sge_answer"]["r"], abs=1e-12)
+        assert b["ci95"][0] <= b["ci95"][1] and 0 < b["p_value"] <= 1

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 METHODS = ("spearman", "kendall", "pearson")
 DEFINITIONS = ("entail", "not-contradict", "graded")
 AGGREGATES = ("mean", "majority")
-DEFAULT_METRIC_PATTERNS = ("sge_*", "se_*", "n_clusters_*", "bleu_*", "rouge*", "bertscore_*", "cosine_*")
+DEFAULT_METRIC_PATTERNS = ("sge_*", "se_*", "n_clusters_*", "num_sets_*", "eigv_*", "degree_*", "eccentricity_*",
+                           "kle_*", "bleu_*", "rouge*", "bertscore_*", "cosine_*")
 ID_COLUMNS = ("model", "question_id", "n")
 
 

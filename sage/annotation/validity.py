@@ -11,9 +11,13 @@ Three tables beside the per-question correlations of `sage.annotation.correlatio
 - **Redundancy.** For each SGE column, Spearman's rho with the mean pairwise similarity of its own
   edges (`meansim_*`, over all questions of the run), and the paired bootstrap difference
   r(SGE, human) - r(meansim, human): whether the graph entropy adds anything beyond the mean.
-- **Ranking.** Every metric by its correlation with human consistency (primary method), oriented
-  so that higher means more consistent (entropies, cluster counts, D and H are negated), each with
-  a paired bootstrap test against the best one on the same question resamples.
+- **Ranking.** Every measure by its correlation with human consistency (primary method, Spearman
+  by default), oriented so that higher means more consistent (entropies, cluster and set counts,
+  EigV, Degree, Eccentricity, KLE, D and H are negated), with its bootstrap 95% CI, Pearson's r
+  and its CI (the same question resamples), the pair-level AUROC of the edge similarity the
+  measure is computed from (where it is computed from one: `measure_edges`), and a paired
+  bootstrap test against the best one; and the paired test of the best measure against SGE
+  (`sge_<kind>`, the run's first edge similarity).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from sage.errors import SageInputError
 log = logging.getLogger(__name__)
 
 # Columns where a larger value means *less* consistent.
-INVERTED = re.compile(r"^(se|se_weighted|n_clusters|D|H)_")
+INVERTED = re.compile(r"^(se|se_weighted|n_clusters|num_sets|eigv|degree|eccentricity|kle|D|H)_")
 EDGE_ID_COLUMNS = {"model", "question_id", "kind", "key_a", "key_b", "pair_id", "text_a", "text_b"}
 
 
@@ -175,9 +179,13 @@ def redundancy(questions, joined, n_boot: int = 1000, seed: int = 0, method: str
     return out
 
 
-def ranking(joined, metrics: list[str], method: str = "spearman", n_boot: int = 1000, seed: int = 0) -> list[dict]:
-    """Metrics by oriented correlation with human consistency, each tested against the best one."""
+def ranking(joined, metrics: list[str], method: str = "spearman", n_boot: int = 1000, seed: int = 0,
+            measure_edges: dict[str, str] | None = None, pairs: list[dict] | None = None,
+            kind: str = "answer") -> tuple[list[dict], dict | None]:
+    """Measures by oriented correlation with human consistency, each tested against the best one,
+    and the paired test of the best against SGE (module docstring). Returns (rows, vs_sge)."""
     frame = joined.copy()
+    auc = {p["similarity"]: p for p in pairs or []}
     rows = []
     for m in metrics:
         if m not in frame.columns:
@@ -185,12 +193,21 @@ def ranking(joined, metrics: list[str], method: str = "spearman", n_boot: int = 
         frame[m] = oriented(m) * frame[m].astype(float)
         x, h = frame[m].to_numpy(float), frame["human"].to_numpy(float)
         ok = np.isfinite(x) & np.isfinite(h)
-        r = _scipy_stat(method, x[ok], h[ok])[0] if ok.sum() >= 3 else float("nan")
-        rows.append({"metric": m, "orientation": oriented(m), "r": r, "n_questions": int(ok.sum())})
-    rows = [r for r in rows if np.isfinite(r["r"])] + [r for r in rows if not np.isfinite(r["r"])]
+        x, h = x[ok], h[ok]
+        row = {"metric": m, "orientation": oriented(m), "n_questions": int(ok.sum())}
+        idx = bootstrap_indices(x.size, n_boot, seed) if x.size >= 3 and n_boot else None
+        for key, name in (("r", method), ("pearson", "pearson")):
+            row[key] = _scipy_stat(name, x, h)[0] if x.size >= 3 else float("nan")
+            row[f"{key}_ci95"] = list(_ci(ROW_STATS[name](x[idx], h[idx]))) if idx is not None else [float("nan")] * 2
+        edge = (measure_edges or {}).get(m)
+        if edge is not None:
+            row["edge"] = edge
+            row["edge_auroc"] = auc[edge]["auroc"] if edge in auc else float("nan")
+            row["edge_auroc_ci95"] = auc[edge]["auroc_ci95"] if edge in auc else [float("nan")] * 2
+        rows.append(row)
     rows.sort(key=lambda r: -r["r"] if np.isfinite(r["r"]) else np.inf)
     if not rows or not np.isfinite(rows[0]["r"]):
-        return rows
+        return rows, None
     best = rows[0]["metric"]
     for r in rows:
         r["best"] = best
@@ -199,12 +216,24 @@ def ranking(joined, metrics: list[str], method: str = "spearman", n_boot: int = 
         d = paired_difference(frame, best, r["metric"], method, n_boot, seed)
         r.update({"difference_from_best": -d["difference"], "ci95": [-d["ci95_high"], -d["ci95_low"]],
                   "p_value": d["p_value"]})
-    return rows
+    sge = f"sge_{kind}"
+    vs_sge = None
+    if sge in frame.columns and sge in metrics and n_boot:
+        if best == sge:
+            vs_sge = {"best": best, "sge": sge, "note": "the best measure is SGE itself"}
+        else:
+            d = paired_difference(frame, best, sge, method, n_boot, seed)
+            vs_sge = {"best": best, "sge": sge, "method": method, "r_best": d["r_a"], "r_sge": d["r_b"],
+                      "difference": d["difference"], "ci95": [d["ci95_low"], d["ci95_high"]],
+                      "p_value": d["p_value"], "n_questions": d["n_questions"]}
+    return rows, vs_sge
 
 
 def run_validity(labels, pair_meta, questions, human, edges=None, definition="entail", aggregate="mean",
-                 kind="answer", metrics=None, n_boot=1000, seed=0, method="spearman") -> dict[str, Any]:
-    """The three tables; `human` is the per-question human consistency `run_correlation` used."""
+                 kind="answer", metrics=None, n_boot=1000, seed=0, method="spearman",
+                 measure_edges: dict[str, str] | None = None) -> dict[str, Any]:
+    """The three tables; `human` is the per-question human consistency `run_correlation` used;
+    `measure_edges`: questions.csv column -> edge similarity (`sage.metrics.question_metrics`)."""
     joined, _ = join_questions(human, questions)
     result: dict[str, Any] = {"method": method, "n_boot": n_boot, "seed": seed, "kind": kind}
     if edges is not None:
@@ -214,8 +243,36 @@ def run_validity(labels, pair_meta, questions, human, edges=None, definition="en
         result["pairs"] = []
         result["pairs_note"] = "the run has no edges.csv (scored by an older sage); rescore to get pair-level validity"
     result["redundancy"] = redundancy(questions, joined, n_boot, seed, method)
-    result["ranking"] = ranking(joined, list(metrics or []), method, n_boot, seed)
+    result["ranking"], result["best_vs_sge"] = ranking(joined, list(metrics or []), method, n_boot, seed,
+                                                       measure_edges, result["pairs"], kind)
     return result
+
+
+def labels_report(labels_path, responses, questions, edges=None, *, metrics=None, methods=("spearman",),
+                  n_boot: int = 1000, seed: int = 0, measure_edges: dict[str, str] | None = None,
+                  kind: str = "answer") -> dict[str, Any]:
+    """`sage correlate`'s tables for a scored run held in memory (responses, questions and edges
+    tables of a `ScoreResult`): correlations with people, validity, and their markdown. Label rows
+    that match no pair are skipped and counted (`--ignore-unknown`)."""
+    import pandas as pd
+
+    from sage.annotation.correlation import (
+        correlation_markdown,
+        metric_columns,
+        run_correlation,
+    )
+    from sage.annotation.importer import read_labels
+    from sage.annotation.pairs import build_pairs
+
+    pairs = build_pairs(responses, (kind,)).pairs
+    ls = read_labels(labels_path, pairs, responses, None, None, True, kind, None)
+    cols = metric_columns(questions, tuple(metrics) if metrics else None)
+    corr = run_correlation(ls.labels, pairs, questions, kind=kind, metrics=cols, methods=tuple(methods),
+                           n_boot=n_boot, seed=seed)
+    val = run_validity(ls.labels, pairs, questions, pd.DataFrame(corr["human"]), edges, kind=kind, metrics=cols,
+                       n_boot=n_boot, seed=seed, measure_edges=measure_edges)
+    return {"correlation": corr, "validity": val, "skipped_label_rows": ls.counts["unmatched"],
+            "markdown": correlation_markdown(corr) + validity_markdown(val)}
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -248,10 +305,23 @@ def validity_markdown(v: dict[str, Any]) -> str:
                      f"{_f(r.get('r_sge_human'))} | {_f(r.get('r_meansim_human'))} | {_f(r.get('difference'))} | "
                      f"{_ci_text(r.get('difference_ci95'))} | {_f(r.get('p_value'), 3)} |")
     lines += ["", f"## Metrics ranked by agreement with people ({v['method']}, oriented: higher = more consistent)", "",
-              "| rank | metric | r | r - r(best) | 95% CI | p | n |", "|---|---|---|---|---|---|---|"]
+              f"{v['method']} and Pearson with 95% bootstrap CIs over questions; edge AUROC: the pair-level AUROC "
+              "of the edge similarity the measure is computed from; r - r(best): paired bootstrap difference.", "",
+              f"| rank | measure | {v['method']} | 95% CI | Pearson | 95% CI | edge | edge AUROC | r - r(best) | 95% CI "
+              "| p | n |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, r in enumerate(v["ranking"], 1):
         name = r["metric"] + (" (negated)" if r["orientation"] < 0 else "")
         diff = "best" if r["metric"] == r.get("best") else _f(r.get("difference_from_best"))
-        lines.append(f"| {k} | {name} | {_f(r['r'])} | {diff} | {_ci_text(r.get('ci95'))} | "
-                     f"{_f(r.get('p_value'))} | {r['n_questions']} |")
+        lines.append(f"| {k} | {name} | {_f(r['r'])} | {_ci_text(r.get('r_ci95'))} | {_f(r.get('pearson'))} | "
+                     f"{_ci_text(r.get('pearson_ci95'))} | {r.get('edge', '')} | {_f(r.get('edge_auroc'))} | {diff} | "
+                     f"{_ci_text(r.get('ci95'))} | {_f(r.get('p_value'))} | {r['n_questions']} |")
+    b = v.get("best_vs_sge")
+    if b:
+        lines += [""]
+        if "note" in b:
+            lines.append(f"Best measure against SGE: {b['note']} ({b['sge']}).")
+        else:
+            lines.append(f"Best measure against SGE ({b['method']}, paired bootstrap over questions): {b['best']} "
+                         f"{_f(b['r_best'])} vs {b['sge']} {_f(b['r_sge'])}, difference {_f(b['difference'])} "
+                         f"{_ci_text(b['ci95'])}, p = {_f(b['p_value'])}, {b['n_questions']} questions.")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """`sage correlate`: per-question human consistency against every metric column of a run."""
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -105,13 +106,23 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
 
 
 def _validity(run_dir, labels, meta, questions, result, definition, aggregate, kind, n_boot, seed, primary):
-    """Pair-level validity (from RUN_DIR/edges.csv), redundancy and ranking tables."""
+    """Pair-level validity (from RUN_DIR/edges.csv), redundancy and ranking tables; the run's
+    summary.json says which edge similarity each measure is computed from."""
     import pandas as pd
 
     from sage.annotation.validity import read_edges, run_validity
+    from sage.errors import SageInputError
+    from sage.metrics.question_metrics import measure_edges
 
     edges_path = run_dir / "edges.csv"
     edges = read_edges(edges_path) if edges_path.is_file() else None
+    summary_path = run_dir / "summary.json"
+    try:
+        cfg = json.loads(summary_path.read_text(encoding="utf-8")).get("config", {}) if summary_path.is_file() else {}
+        sources = measure_edges(cfg)
+    except (ValueError, KeyError, TypeError, AttributeError, SageInputError) as exc:  # an older or edited summary
+        log.warning("%s: cannot tell which edge each measure uses (%s); edge AUROCs left out", summary_path, exc)
+        sources = {}
     return run_validity(labels, meta, questions, pd.DataFrame(result["human"]), edges, definition, aggregate, kind,
-                        result["metrics"], n_boot, seed, primary)
+                        result["metrics"], n_boot, seed, primary, sources)
 

@@ -124,7 +124,8 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 @click.option("-t", "--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="0 = greedy.")
 @click.option("--logprobs", is_flag=True,
-              help="Add answer_logprob (sum of the generated tokens' log-probabilities) and answer_tokens.")
+              help="Add answer_logprob (sum of the generated tokens' log-probabilities), "
+                   "answer_logprob_sampled (under the distribution sampled from) and answer_tokens.")
 @_common
 def answers_cmd(paraphrases_file, questions, model, samples, temperature, logprobs, **common):
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""

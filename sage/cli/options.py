@@ -125,3 +125,43 @@ def pop_executor(kwargs: dict):
     return values["executor"], ExecutorOptions(
         address=values["ray_address"], workers=values["workers"], cpus_per_worker=values["cpus_per_worker"],
         gpus_per_worker=values["gpus_per_worker"])
+
+
+_MEASURE_KEYS = ("se_equivalence", "se_clustering", "kle_kernel", "kle_t", "kle_nu", "kle_kappa",
+                 "eccentricity_threshold", "num_sets_threshold")
+
+
+def measure_options(f):
+    """Semantic entropy's equivalence and clustering rules and the graph measures' hyperparameters
+    (`sage.metrics.semantic_entropy`, `sage.metrics.graph_measures`)."""
+    opts = [
+        click.option("--se-equivalence", type=click.Choice(["loose", "strict"]), default="loose", show_default=True,
+                     help="se: loose = no contradiction either way and not both neutral (get_semantic_ids' "
+                          "default); strict = entailment both ways."),
+        click.option("--se-clustering", type=click.Choice(["reference", "first-member", "chain"]),
+                     default="reference", show_default=True,
+                     help="se clusters: reference = get_semantic_ids (Farquhar et al.'s code); first-member = "
+                          "Kuhn et al.'s Algorithm 1; chain = sage's earlier rule (chains non-transitive pairs)."),
+        click.option("--kle-kernel", type=click.Choice(["heat", "matern"]), default="heat", show_default=True,
+                     help="kle: the graph kernel."),
+        click.option("--kle-t", type=float, default=0.3, show_default=True, help="kle: heat kernel time t."),
+        click.option("--kle-nu", type=float, default=1.0, show_default=True, help="kle: Matern smoothness nu."),
+        click.option("--kle-kappa", type=float, default=1.0, show_default=True, help="kle: Matern length scale kappa."),
+        click.option("--eccentricity-threshold", type=float, default=0.9, show_default=True,
+                     help="eccentricity: keep the Laplacian eigenvectors with eigenvalue below this."),
+        click.option("--num-sets-threshold", type=float, default=0.5, show_default=True,
+                     help="num_sets on edges that do not judge entailment: similarity above this joins two answers."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def pop_measures(kwargs: dict) -> dict:
+    """ScoreConfig fields (se_equivalence, se_clustering, graph) from a command's keyword arguments,
+    removing them."""
+    from sage.metrics.graph_measures import GraphOptions
+
+    values = {k: kwargs.pop(k) for k in _MEASURE_KEYS}
+    se = {k: values.pop(k) for k in ("se_equivalence", "se_clustering")}
+    return {**se, "graph": GraphOptions(**values)}

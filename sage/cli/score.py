@@ -8,7 +8,9 @@ import click
 from sage.cli.options import (
     csv_list,
     executor_options,
+    measure_options,
     pop_executor,
+    pop_measures,
     precision_options,
     preset_option,
     progress_option,
@@ -86,23 +88,29 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=128, show_default=True, help="Tokens per answer.")
 @click.option("--record-logprobs", is_flag=True,
-              help="Record each answer's sequence log-probability (answer_logprob, answer_tokens) for the "
+              help="Record each answer's sequence log-probability (answer_logprob under the model, "
+                   "answer_logprob_sampled under the distribution sampled from, answer_tokens) for the "
                    "likelihood-weighted semantic entropy.")
 @click.option("--embedder", default=None, help="Sentence-transformers id, alias (stsb-distilroberta-base-v2: the "
                                                 "SaGE authors') or path (default: bundled all-MiniLM-L6-v2).")
 @click.option("--metrics", default="sge,bleu,rouge_l,bertscore,cosine", show_default=True,
-              help="Comma-separated metrics: sge, se (semantic entropy; needs nli or judge edges), bleu, rouge_l, "
-                   "bertscore, cosine.")
+              help="Comma-separated metrics: sge, se (semantic entropy; needs nli or judge edges), the graph "
+                   "measures num_sets, eigv, degree, eccentricity, kle (on every --sge-edges similarity), bleu, "
+                   "rouge_l (alias lexsim), bertscore, cosine.")
 @click.option("--on", "on", default=None, help="Text columns to score: answer,rot (default: answer, plus rot if present).")
 @click.option("--sge-edges", default="cosine", show_default=True,
-              help="Edge similarities for SGE (d = 1 - sim): cosine, bertscore, rouge_l, bleu, nli, judge, or "
-                   "column:NAME (a similarity column of a pair-layout file, e.g. column:cosine_model_output). "
-                   "The first gives sge_<col>; the first of nli/judge gives se_<col>.")
+              help="Edge similarities of the answer graphs SGE and the graph measures use (d = 1 - sim): cosine, "
+                   "bertscore, rouge_l, bleu, nli, judge, or column:NAME (a similarity column of a pair-layout "
+                   "file, e.g. column:cosine_model_output). The first gives sge_<col>, eigv_<col>, ...; the first "
+                   "of nli/judge gives se_<col>.")
 @click.option("--nli-model", default=None,
               help="NLI model for nli edges: a Hugging Face sequence-classification NLI model id (in the local "
                    "cache) or path, e.g. microsoft/deberta-large-mnli.")
-@click.option("--nli-edge", type=click.Choice(["entail", "not-contradict"]), default="entail", show_default=True,
-              help="nli edge similarity: mean bidirectional P(entailment), or 1 - max P(contradiction).")
+@click.option("--nli-edge", type=click.Choice(["entail", "not-contradict", "graded"]), default="entail",
+              show_default=True, help="nli edge similarity: mean bidirectional P(entailment), 1 - max "
+                                      "P(contradiction), or mean bidirectional P(entailment) + 0.5 P(neutral).")
+@click.option("--nli-question/--no-nli-question", default=True, show_default=True,
+              help="NLI inputs '{question} {answer}' when the table has the question (as the references do).")
 @click.option("--nli-batch-size", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--judge-model", default=None,
               help="LLM judge for judge edges: an alias (e.g. smollm2-135m), HF id in the cache, path or API model.")
@@ -127,12 +135,13 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @progress_option
 @preset_option()
 @executor_options
+@measure_options
 def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, concurrency,
             max_retries, timeout, paraphraser,
             rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
-            nli_edge, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
+            nli_edge, nli_question, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
             bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
-            no_progress, **executor_kw):
+            no_progress, **option_groups):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
@@ -144,16 +153,18 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig, score_responses
 
-    executor, executor_opts = pop_executor(executor_kw)
+    executor, executor_opts = pop_executor(option_groups)
+    measures = pop_measures(option_groups)
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
                                      bertscore_layers=bertscore_layers, device=device, encoder_backend=encoder_backend,
                                      nli_model=nli_model,
-                                     nli_edge=nli_edge, nli_batch_size=nli_batch_size, judge_model=judge_model,
+                                     nli_edge=nli_edge, nli_batch_size=nli_batch_size, nli_question=nli_question,
+                                     judge_model=judge_model,
                                      judge_backend=judge_backend, judge_base_urls=tuple(judge_base_urls),
                                      cache_path=judge_cache),
-        skip_invalid=skip_invalid, n_boot=n_boot, seed=seed,
+        skip_invalid=skip_invalid, n_boot=n_boot, seed=seed, **measures,
     )
     if responses is not None and model is not None:
         raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")

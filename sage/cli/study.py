@@ -81,7 +81,6 @@ def edit_consistency(methods, frameworks, subset, limit, model, out_dir, data_di
     if cfg.data is None:  # options are validated above before CounterMoral is located (or downloaded)
         cfg = replace(cfg, data=str(default_data_dir()))
     from sage.editing.runner import check_data
-
     from sage.models.resolve import resolve_model_path
 
     check_data(cfg.data, [(m.partition(":")[0], m.partition(":")[2] == "batch") for m in cfg.methods],

@@ -43,10 +43,12 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     token_logprobs TEXT,
     finish_reason TEXT,
     created REAL NOT NULL,
-    candidate_logprobs TEXT
+    candidate_logprobs TEXT,
+    sampled_logprobs TEXT
 )
 """
-_COLUMNS = "key, identity, request, text, token_logprobs, finish_reason, created, candidate_logprobs"
+_COLUMNS = "key, identity, request, text, token_logprobs, finish_reason, created, candidate_logprobs, sampled_logprobs"
+_ADDED_COLUMNS = ("candidate_logprobs", "sampled_logprobs")  # columns a cache from an older sage lacks
 
 
 def request_key(identity: dict, request: GenerationRequest) -> str:
@@ -81,11 +83,12 @@ class GenerationCache:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(_SCHEMA)
         known = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
-        if "candidate_logprobs" not in known:  # a cache written before candidate log-probs existed
-            try:
-                self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN candidate_logprobs TEXT")
-            except sqlite3.OperationalError:  # another process added it first
-                pass
+        for column in _ADDED_COLUMNS:
+            if column not in known:  # a cache written before this column existed
+                try:
+                    self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} TEXT")
+                except sqlite3.OperationalError:  # another process added it first
+                    pass
         self._conn.commit()
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
@@ -95,17 +98,18 @@ class GenerationCache:
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
                 rows = self._conn.execute(
-                    f"SELECT key, text, token_logprobs, finish_reason, candidate_logprobs FROM {_TABLE} "
+                    f"SELECT key, text, token_logprobs, finish_reason, candidate_logprobs, sampled_logprobs FROM {_TABLE} "
                     f"WHERE key IN ({marks})",
                     chunk,
                 ).fetchall()
-                for key, text, lps, finish, cands in rows:
+                for key, text, lps, finish, cands, slps in rows:
                     found[key] = Generation(
                         text=text,
                         token_logprobs=json.loads(lps) if lps is not None else None,
                         finish_reason=finish,
                         cached=True,
                         candidate_logprobs=json.loads(cands) if cands is not None else None,
+                        sampled_logprobs=json.loads(slps) if slps is not None else None,
                     )
         return found
 
@@ -120,12 +124,13 @@ class GenerationCache:
                 gen.finish_reason,
                 time.time(),
                 json.dumps(gen.candidate_logprobs) if gen.candidate_logprobs is not None else None,
+                json.dumps(gen.sampled_logprobs) if gen.sampled_logprobs is not None else None,
             )
             for key, identity, req, gen in items
         ]
         with self._lock:
             self._conn.executemany(
-                f"INSERT OR REPLACE INTO {_TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+                f"INSERT OR REPLACE INTO {_TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
             self._conn.commit()
 
@@ -147,6 +152,7 @@ class CachedBackend(GenerationBackend):
         self.name = inner.name
         self._identity = inner.identity()  # once: fingerprinting reads the weight files' ends
         self.parallelism = inner.parallelism
+        self.reports_sampled_logprobs = getattr(inner, "reports_sampled_logprobs", False)
         self.calls = 0
 
     @property
@@ -167,6 +173,10 @@ class CachedBackend(GenerationBackend):
         yielded (so a crash keeps every finished generation)."""
         keys = [request_key(self._identity, r) for r in requests]
         hits = self.cache.get_many(list(dict.fromkeys(keys)))
+        if self.reports_sampled_logprobs:  # a row stored before sampled log-probs were recorded
+            stale = {k for k, r in zip(keys, requests) if r.params.logprobs and not r.params.samples_model_distribution
+                     and k in hits and hits[k].sampled_logprobs is None}
+            hits = {k: g for k, g in hits.items() if k not in stale}
         where: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             where.setdefault(key, []).append(i)

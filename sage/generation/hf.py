@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 @BACKENDS.register("transformers")
 class TransformersBackend(GenerationBackend):
     name = "transformers"
+    reports_sampled_logprobs = True
 
     def __init__(self, model: str, options: BackendOptions | None = None):
         from sage.models.causal_lm import load_causal_lm
@@ -133,18 +134,25 @@ class TransformersBackend(GenerationBackend):
 
     @staticmethod
     def _pick(logits, params: SamplingParams, gens):
+        """Next token per row and its log-probability under the distribution it was drawn from:
+        softmax(logits / temperature), top-p truncated and renormalised. Greedy (`gens` None): the
+        argmax and None (the distribution is the model's own, whose log-probs the caller has)."""
         import torch
 
         if gens is None:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits / params.temperature, dim=-1)
+            return logits.argmax(dim=-1), None
+        scaled = logits / params.temperature
+        probs = torch.softmax(scaled, dim=-1)
+        kept = None
         if params.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
             drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
+            kept = sorted_p.sum(-1)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        picks = [torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(gens)]
-        return torch.cat(picks)
+        nxt = torch.cat([torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(gens)])
+        lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt[:, None])[:, 0]
+        return nxt, (lp - kept.log() if kept is not None else lp)
 
     def close(self) -> None:
         return None

@@ -148,6 +148,7 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
     gens = [torch.Generator(device=dev).manual_seed(s) for s in seeds] if sampling else []
     tokens: dict[int, list[int]] = {}
     logprobs: dict[int, list[float]] = {}
+    sampled_lps: dict[int, list[float]] = {}  # under the distribution each token was drawn from
     cand_lps: dict[int, list[float]] = {}
     stop_tail = max((len(s) for s in params.stop), default=0) + 16
     # Refill once a quarter of the slots is free: each merge copies the cache, like one step does.
@@ -160,10 +161,10 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
             cut = text.find(s)
             if cut >= 0:
                 text = text[:cut]
-        lps = logprobs.pop(row)
+        lps, slps = logprobs.pop(row), sampled_lps.pop(row)
         cands = dict(zip(params.candidates, cand_lps.pop(row))) if params.candidates else None
         return row, Generation(text=text, token_logprobs=lps if params.logprobs else None, finish_reason=reason,
-                               candidate_logprobs=cands)
+                               candidate_logprobs=cands, sampled_logprobs=slps if params.logprobs else None)
 
     with torch.inference_mode():
         prefix = shared_prefix(backend, prompts) if reuse_prefix else None
@@ -173,7 +174,7 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                                             and _mergeable(batch.cache))):
                 new = [queue.popleft() for _ in range(min(free, len(queue)))]
                 for r in new:
-                    tokens[r], logprobs[r] = [], []
+                    tokens[r], logprobs[r], sampled_lps[r] = [], [], []
                 fresh = _prefill(backend, prompts, new, prefix)
                 if batch is None:
                     batch = fresh
@@ -186,8 +187,9 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                     ids = torch.tensor([cand_ids[batch.rows[b]] for b in first], device=logp.device)
                     for b, lps in zip(first, logp[first].gather(1, ids).tolist()):
                         cand_lps[batch.rows[b]] = lps
-            nxt = backend._pick(batch.logits, params, [gens[r] for r in batch.rows] if sampling else None)
+            nxt, drawn = backend._pick(batch.logits, params, [gens[r] for r in batch.rows] if sampling else None)
             chosen = logp.gather(1, nxt[:, None])[:, 0].tolist()
+            drawn = chosen if drawn is None else drawn.tolist()
             keep = []
             for b, (row, t) in enumerate(zip(batch.rows, nxt.tolist())):
                 if t in backend.eos_ids:
@@ -195,6 +197,7 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                     continue
                 tokens[row].append(t)
                 logprobs[row].append(chosen[b])
+                sampled_lps[row].append(drawn[b])
                 if params.stop and any(
                     s in tok.decode(tokens[row][-stop_tail:], skip_special_tokens=True) for s in params.stop
                 ):

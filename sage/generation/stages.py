@@ -131,7 +131,7 @@ def run_items(
                     f"{output_field}_raw": g.text,
                     "finish_reason": g.finish_reason,
                     "model": backend.model_id,
-                    **_logprob_fields(output_field, g),
+                    **logprob_fields(output_field, g, params),
                 })
                 if len(done) >= batch_size:
                     store.append(done)
@@ -145,11 +145,19 @@ def run_items(
     return len(todo)
 
 
-def _logprob_fields(output_field: str, gen) -> dict:
-    """Sequence log-probability of the generated tokens, when the request asked for them."""
+def logprob_fields(output_field: str, gen, params: SamplingParams) -> dict:
+    """Sequence log-probabilities of the generated tokens, when the request asked for them:
+    `<field>_logprob` under the model, `<field>_logprob_sampled` under the distribution sampled
+    from (the same numbers where `params.samples_model_distribution`; absent where the backend
+    does not report it), and `<field>_tokens`."""
     if gen.token_logprobs is None:
         return {}
-    return {f"{output_field}_logprob": float(sum(gen.token_logprobs)), f"{output_field}_tokens": len(gen.token_logprobs)}
+    out = {f"{output_field}_logprob": float(sum(gen.token_logprobs)), f"{output_field}_tokens": len(gen.token_logprobs)}
+    if gen.sampled_logprobs is not None:
+        out[f"{output_field}_logprob_sampled"] = float(sum(gen.sampled_logprobs))
+    elif params.samples_model_distribution:
+        out[f"{output_field}_logprob_sampled"] = out[f"{output_field}_logprob"]
+    return out
 
 
 def _digest(*texts: str) -> str:

@@ -6,7 +6,8 @@ key_a the smaller, as `sage annotate export` orders pairs), pair_id (the id labe
 text_b, then one column per similarity with the symmetric edge similarity the graph used
 (asymmetric ones symmetrised), and for the equivalence judges their directional values,
 `<sim>_<value>_ab` (a first: NLI premise a, hypothesis b; judge Response A = a) and `_ba`, and
-`<sim>_equivalent` (bidirectional entailment, as semantic entropy clusters).
+`<sim>_equivalent` (equivalence under the run's `--se-equivalence` rule, as semantic entropy
+clusters).
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pandas as pd
 
 from sage.annotation.pairs import pair_id
 from sage.data.responses import response_keys
+from sage.metrics.semantic_entropy import equivalence_matrix
 
 
-def edge_table(df: pd.DataFrame, keys, group_rows, on, sims: dict, relations: dict) -> pd.DataFrame:
+def edge_table(df: pd.DataFrame, keys, group_rows, on, sims: dict, relations: dict,
+               equivalence: str = "loose") -> pd.DataFrame:
     row_keys = response_keys(df)
     names = list(dict.fromkeys(n for n, _ in sims))
     records = []
@@ -26,6 +29,7 @@ def edge_table(df: pd.DataFrame, keys, group_rows, on, sims: dict, relations: di
             texts = df[col].iloc[rows].astype(str).tolist()
             mats = {n: sims[(n, col)][gi] for n in names}
             rels = {n: relations[(n, col)][gi] for n in names if (n, col) in relations}
+            equivalent = {n: equivalence_matrix(rel.labels, equivalence) for n, rel in rels.items()}
             for i in range(len(rows)):
                 for j in range(i + 1, len(rows)):
                     ka, kb = row_keys[rows[i]], row_keys[rows[j]]
@@ -39,6 +43,6 @@ def edge_table(df: pd.DataFrame, keys, group_rows, on, sims: dict, relations: di
                         for value, m in rel.values.items():
                             rec[f"{n}_{value}_ab"] = float(m[a, b])
                             rec[f"{n}_{value}_ba"] = float(m[b, a])
-                        rec[f"{n}_equivalent"] = bool(rel.equivalent[a, b])
+                        rec[f"{n}_equivalent"] = bool(equivalent[n][a, b])
                     records.append(rec)
     return pd.DataFrame(records)

@@ -10,8 +10,9 @@ from the log-probabilities of the first token of "Yes" and of "No" at the first 
 (`SamplingParams.candidates`; " Yes"/" No" with a leading space where the prompt format does not
 end in whitespace), not from the sampled text. The edge similarity is
 S[i, j] = (P(yes | i, j) + P(yes | j, i)) / 2; i entails j (for semantic entropy) when
-P(yes | i, j) > 0.5. Identical texts are the same answer (P = 1, no call), as SGE puts them at
-distance 0.
+P(yes | i, j) > 0.5, and the judgment is binary (yes = entailment, no = contradiction), so the
+loose and strict equivalence rules of `sage.metrics.semantic_entropy` agree on judge edges.
+Identical texts are the same answer (P = 1, no call), as SGE puts them at distance 0.
 
 Calls go through the generation cache, in chunks, so a killed run resumes without repeating them.
 A backend that returns no log-probabilities falls back to the greedy answer (starts with yes: 1,

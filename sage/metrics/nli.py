@@ -6,13 +6,24 @@ read from the model's `config.id2label`, never assumed. Every ordered pair (prem
 hypothesis j), i != j, of every group is scored, each distinct (premise, hypothesis) text pair once
 per run, in length-sorted batches.
 
-Edge similarity (`nli_edge`):
-- `entail` (default): S[i, j] = (P(entail | i, j) + P(entail | j, i)) / 2;
-- `not-contradict`: S[i, j] = 1 - max(P(contradiction | i, j), P(contradiction | j, i)).
+Inputs: when the group's question is known (a `question` column) and `question` is on (the
+default), each side of a pair is "{question} {answer}", as the references do (Kuhn et al.'s
+`get_semantic_similarities.py`, Farquhar et al.'s `--condition_on_question`, default on, and Lin
+et al.'s `models/nli.py` all put the question before each answer); `--no-nli-question` sends the
+answers alone.
 
-Entailment for semantic entropy: i entails j when entailment is the most probable of the three
-labels for premise i, hypothesis j (the argmax rule of Kuhn et al. 2023). Identical texts are the
-same answer (P(entailment) = 1, not sent to the model), as SGE puts them at distance 0.
+Edge similarity (`nli_edge`):
+- `entail` (default): S[i, j] = (P(entail | i, j) + P(entail | j, i)) / 2 (LM-Polygraph's and Lin
+  et al.'s `entail`/`agreement_w` affinity, at NLI softmax temperature 1);
+- `not-contradict`: S[i, j] = 1 - max(P(contradiction | i, j), P(contradiction | j, i)) (Lin et al.'s
+  `disagreement_w` takes the mean of the two directions instead of the max);
+- `graded`: S[i, j] = mean over both directions of P(entail) + 0.5 P(neutral), the weights
+  (1, 0.5, 0) of Kernel Language Entropy's NLI graph, with probabilities as LM-Polygraph's KLE uses.
+
+Labels for semantic entropy: the most probable of the three labels for premise i, hypothesis j
+(the argmax rule of every reference); i entails j when it is entailment. `agrees[i, j]`:
+P(entail) > P(contradiction) (LM-Polygraph's NumSemSets). Identical texts are the same answer
+(P(entailment) = 1, not sent to the model), as SGE puts them at distance 0.
 """
 from __future__ import annotations
 
@@ -28,7 +39,7 @@ from sage.models.resolve import resolve_model_path
 
 log = logging.getLogger(__name__)
 
-EDGES = ("entail", "not-contradict")
+EDGES = ("entail", "not-contradict", "graded")
 LABELS = ("entailment", "neutral", "contradiction")
 
 
@@ -96,11 +107,13 @@ class NLISimilarity(PairwiseSimilarity):
     name = "nli"
     judges_equivalence = True
 
-    def __init__(self, model: str, edge: str = "entail", device: str | None = None, batch_size: int = 32):
+    def __init__(self, model: str, edge: str = "entail", device: str | None = None, batch_size: int = 32,
+                 question: bool = True):
         if edge not in EDGES:
             raise SageInputError(f"unknown NLI edge {edge!r}; choose one of {', '.join(EDGES)}")
         self.model_name = model
         self.edge = edge
+        self.question = question
         self.scorer = NLIScorer(model, device=device, batch_size=batch_size)
         self.clock = self.scorer.clock
         self._probs: dict[tuple[str, str], np.ndarray] = {}
@@ -111,19 +124,27 @@ class NLISimilarity(PairwiseSimilarity):
         if not o.nli_model:
             raise SageInputError("--sge-edges nli needs --nli-model ID_OR_PATH (a Hugging Face NLI model, "
                                  "e.g. microsoft/deberta-large-mnli, in the local cache or as a path)")
-        return cls(o.nli_model, edge=o.nli_edge, device=o.device, batch_size=o.nli_batch_size)
+        return cls(o.nli_model, edge=o.nli_edge, device=o.device, batch_size=o.nli_batch_size,
+                   question=o.nli_question)
 
-    def _directional(self, groups) -> list[np.ndarray]:
+    def _inputs(self, groups, contexts) -> list[list[str]]:
+        """The text each node is sent as: "{question} {answer}" when conditioning on a known question."""
+        contexts = list(contexts) if contexts is not None else [None] * len(groups)
+        return [[f"{q} {t}" for t in g] if self.question and q is not None and str(q).strip() else list(g)
+                for g, q in zip(groups, contexts)]
+
+    def _directional(self, groups, contexts=None) -> list[np.ndarray]:
         """Per group an n x n x 3 array: label probabilities for premise i, hypothesis j."""
-        todo = list(dict.fromkeys((a, b) for g in groups for a in g for b in g
-                                  if a != b and (a, b) not in self._probs))
+        inputs = self._inputs(groups, contexts)
+        todo = list(dict.fromkeys((a, b) for g, x in zip(groups, inputs) for i, a in enumerate(x)
+                                  for j, b in enumerate(x) if g[i] != g[j] and (a, b) not in self._probs))
         if todo:
             log.info("NLI: %d ordered pairs", len(todo))
             for pair, p in zip(todo, self.scorer.probabilities(todo)):
                 self._probs[pair] = p
             self.n_scored += len(todo)
         out = []
-        for g in groups:
+        for g, x in zip(groups, inputs):
             n = len(g)
             d = np.zeros((n, n, 3))
             for i in range(n):
@@ -131,15 +152,18 @@ class NLISimilarity(PairwiseSimilarity):
                     if g[i] == g[j]:
                         d[i, j, 0] = 1.0  # the same text entails itself
                     else:
-                        d[i, j] = self._probs[(g[i], g[j])]
+                        d[i, j] = self._probs[(x[i], x[j])]
             out.append(d)
         return out
 
     def matrices(self, groups, contexts=None):
         mats = []
-        for d in self._directional(groups):
+        for d in self._directional(groups, contexts):
             if self.edge == "entail":
                 s = (d[..., 0] + d[..., 0].T) / 2
+            elif self.edge == "graded":
+                w = d[..., 0] + 0.5 * d[..., 1]
+                s = (w + w.T) / 2
             else:
                 s = 1.0 - np.maximum(d[..., 2], d[..., 2].T)
             np.fill_diagonal(s, 1.0)
@@ -148,9 +172,10 @@ class NLISimilarity(PairwiseSimilarity):
 
     def relations(self, groups, contexts=None):
         rels = []
-        for d in self._directional(groups):
-            entails = d.argmax(axis=-1) == 0
-            rels.append(EntailmentRelations(entails, {f"p_{lab}": d[..., k] for k, lab in enumerate(LABELS)}))
+        for d in self._directional(groups, contexts):
+            labels = d.argmax(axis=-1)  # LABELS order: 0 entailment, 1 neutral, 2 contradiction
+            rels.append(EntailmentRelations(labels == 0, {f"p_{lab}": d[..., k] for k, lab in enumerate(LABELS)},
+                                            labels=labels, agrees=d[..., 0] > d[..., 2]))
         return rels
 
     def release(self):
@@ -159,4 +184,5 @@ class NLISimilarity(PairwiseSimilarity):
     def describe(self):
         return {"name": self.name, "model": self.model_name, "path": self.scorer.path, "edge": self.edge,
                 "labels": self.scorer.labels, "entailment_rule": "argmax label is entailment",
+                "question_conditioning": self.question,
                 "max_length": self.scorer.max_length, "ordered_pairs_scored": self.n_scored}

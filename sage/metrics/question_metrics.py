@@ -14,13 +14,18 @@ import numpy as np
 
 from sage.api import EntailmentRelations
 from sage.errors import SageInputError
+from sage.metrics import graph_measures as gm
 from sage.metrics.sge import UNDEFINED, distances_from_similarity, sge_from_distances
 from sage.metrics.similarity import SIMILARITIES, upper_mean
 from sage.registry import Registry
 
 BASELINES = ("bleu", "rouge_l", "bertscore", "cosine")
 LABELS = {"sge": "SGE", "se": "SE", "bleu": "BLEU", "rouge_l": "ROUGE-L", "bertscore": "BERTScore",
-          "cosine": "Cosine"}
+          "cosine": "Cosine", "num_sets": "NumSets", "eigv": "EigV", "degree": "Degree",
+          "eccentricity": "Ecc", "kle": "KLE"}
+# Another name for a metric sage already computes: the same columns, computed once.
+# lexsim: LM-Polygraph's LexicalSimilarity (rougeL), the mean pairwise ROUGE-L F (it reports minus that).
+METRIC_ALIASES = {"lexsim": "rouge_l"}
 
 
 @dataclass
@@ -32,6 +37,10 @@ class QuestionView:
     sims: dict[str, np.ndarray]  # similarity name -> n x n matrix
     relations: dict[str, EntailmentRelations] = field(default_factory=dict)
     frame: Any = None  # the question's rows of the responses table (pandas.DataFrame)
+
+    def defined(self, edge: str) -> bool:
+        """Whether `edge` gives this question a graph (a column edge may not cover its texts)."""
+        return self.sims.get(edge) is not None and len(self.texts) > 1
 
 
 class QuestionMetric(ABC):
@@ -49,6 +58,10 @@ class QuestionMetric(ABC):
     @abstractmethod
     def headline(self, cfg: dict, col: str) -> list[tuple[str, str]]:
         """(column, label) pairs for the summary table; `cfg` is the summary's config dict."""
+
+    def edge_columns(self, cfg: dict, col: str) -> dict[str, str]:
+        """Column -> the edge similarity (an edges.csv column) it is computed from; `cfg` as above."""
+        return {}
 
 
 QUESTION_METRICS: Registry[type[QuestionMetric]] = Registry("metric")
@@ -88,9 +101,8 @@ class SGEMetric(QuestionMetric):
         out = {}
         primary = config.sge_edges[0]
         for edge in config.sge_edges:
-            mat = view.sims[edge]  # None: a column edge that does not cover these texts
-            res = (sge_from_distances(distances_from_similarity(mat, view.texts))
-                   if mat is not None and mat.shape[0] > 1 else UNDEFINED)
+            res = (sge_from_distances(distances_from_similarity(view.sims[edge], view.texts))
+                   if view.defined(edge) else UNDEFINED)
             for part, value in (("sge", res.sge), ("D", res.D), ("H", res.H), ("meansim", res.mean_similarity)):
                 out[edge_column(edge, primary, view.col, part)] = value
         return out
@@ -98,6 +110,79 @@ class SGEMetric(QuestionMetric):
     def headline(self, cfg, col):
         edges = cfg["sge_edges"]
         return [(edge_column(e, edges[0], col, "sge"), f"SGE{'' if e == edges[0] else '/' + e} ({col})") for e in edges]
+
+    def edge_columns(self, cfg, col):
+        edges = cfg["sge_edges"]
+        return {edge_column(e, edges[0], col, part): e for e in edges for part in ("sge", "D", "H", "meansim")}
+
+
+class GraphMeasure(QuestionMetric):
+    """One value per edge similarity of `sge_edges` from the graph's weights W
+    (`sage.metrics.graph_measures`): `<name>_<col>` for the first edge, `<name>_<edge>_<col>`."""
+
+    def similarities(self, config):
+        return list(config.sge_edges)
+
+    @abstractmethod
+    def value(self, config, w: np.ndarray, view: QuestionView, edge: str) -> float: ...
+
+    def columns(self, config, view):
+        primary = config.sge_edges[0]
+        return {edge_column(edge, primary, view.col, self.name):
+                self.value(config, gm.affinity(view.sims[edge], view.texts), view, edge)
+                if view.defined(edge) else float("nan") for edge in config.sge_edges}
+
+    def headline(self, cfg, col):
+        edges = cfg["sge_edges"]
+        return [(edge_column(e, edges[0], col, self.name), f"{LABELS[self.name]}{'' if e == edges[0] else '/' + e} ({col})")
+                for e in edges]
+
+    def edge_columns(self, cfg, col):
+        edges = cfg["sge_edges"]
+        return {edge_column(e, edges[0], col, self.name): e for e in edges}
+
+
+@QUESTION_METRICS.register("num_sets")
+class NumSetsMeasure(GraphMeasure):
+    """NumSemSets: entailment-judging edges join nodes that agree both ways, others W > threshold."""
+
+    name = "num_sets"
+
+    def value(self, config, w, view, edge):
+        rel = view.relations.get(edge)
+        return float(gm.num_sets(rel.agrees if rel is not None else w > config.graph.num_sets_threshold))
+
+
+@QUESTION_METRICS.register("eigv")
+class EigVMeasure(GraphMeasure):
+    name = "eigv"
+
+    def value(self, config, w, view, edge):
+        return gm.eigv(w)
+
+
+@QUESTION_METRICS.register("degree")
+class DegreeMeasure(GraphMeasure):
+    name = "degree"
+
+    def value(self, config, w, view, edge):
+        return gm.degree(w)
+
+
+@QUESTION_METRICS.register("eccentricity")
+class EccentricityMeasure(GraphMeasure):
+    name = "eccentricity"
+
+    def value(self, config, w, view, edge):
+        return gm.eccentricity(w, config.graph.eccentricity_threshold)
+
+
+@QUESTION_METRICS.register("kle")
+class KLEMeasure(GraphMeasure):
+    name = "kle"
+
+    def value(self, config, w, view, edge):
+        return gm.kle(w, config.graph)
 
 
 class BaselineMetric(QuestionMetric):
@@ -111,6 +196,9 @@ class BaselineMetric(QuestionMetric):
 
     def headline(self, cfg, col):
         return [(f"{self.name}_{col}", f"{LABELS[self.name]} ({col})")]
+
+    def edge_columns(self, cfg, col):
+        return {f"{self.name}_{col}": self.name}
 
 
 @QUESTION_METRICS.register("bleu")
@@ -140,11 +228,13 @@ def equivalence_edges(config) -> list[str]:
 
 @QUESTION_METRICS.register("se")
 class SemanticEntropyMetric(QuestionMetric):
-    """Semantic entropy from bidirectional-entailment clusters (`sage.metrics.semantic_entropy`).
+    """Semantic entropy from equivalence clusters (`sage.metrics.semantic_entropy`): equivalence
+    by `config.se_equivalence` (loose or strict), clusters by `config.se_clustering`.
 
     Columns per equivalence edge: `se_<col>` (discrete), `n_clusters_<col>`, and
-    `se_weighted_<col>` when the responses carry `<col>_logprob` (length-normalised by
-    `<col>_tokens` when present).
+    `se_weighted_<col>` when the responses carry `<col>_logprob_sampled` (the log-probability
+    under the distribution the answer was sampled from, as the reference uses) or else
+    `<col>_logprob`; length-normalised by `<col>_tokens` when present.
     """
 
     name = "se"
@@ -161,6 +251,7 @@ class SemanticEntropyMetric(QuestionMetric):
         from sage.metrics.semantic_entropy import (
             cluster_ids,
             discrete_semantic_entropy,
+            equivalence_matrix,
             weighted_semantic_entropy,
         )
 
@@ -168,13 +259,14 @@ class SemanticEntropyMetric(QuestionMetric):
         ll = _log_likelihoods(view)
         out = {}
         for edge in edges:
-            n = len(view.texts)
-            ids = cluster_ids(view.relations[edge].equivalent) if n > 1 else None
-            out[edge_column(edge, edges[0], view.col, "se")] = discrete_semantic_entropy(ids) if n > 1 else float("nan")
-            out[edge_column(edge, edges[0], view.col, "n_clusters")] = float(ids.max() + 1) if n > 1 else float("nan")
+            ids = (cluster_ids(equivalence_matrix(view.relations[edge].labels, config.se_equivalence),
+                               config.se_clustering) if len(view.texts) > 1 else None)
+            nan = float("nan")
+            out[edge_column(edge, edges[0], view.col, "se")] = discrete_semantic_entropy(ids) if ids is not None else nan
+            out[edge_column(edge, edges[0], view.col, "n_clusters")] = float(ids.max() + 1) if ids is not None else nan
             if ll is not None:
                 out[edge_column(edge, edges[0], view.col, "se_weighted")] = (
-                    weighted_semantic_entropy(ids, ll) if n > 1 else float("nan"))
+                    weighted_semantic_entropy(ids, ll) if ids is not None else nan)
         return out
 
     def headline(self, cfg, col):
@@ -186,14 +278,29 @@ class SemanticEntropyMetric(QuestionMetric):
                     (edge_column(e, edges[0], col, "n_clusters"), f"clusters{suffix} ({col})")]
         return out
 
+    def edge_columns(self, cfg, col):
+        edges = [e for e in cfg["sge_edges"] if not is_column_edge(e) and SIMILARITIES.get(e).judges_equivalence]
+        return {edge_column(e, edges[0], col, part): e for e in edges for part in ("se", "n_clusters", "se_weighted")}
+
+
+def measure_edges(cfg: dict) -> dict[str, str]:
+    """Every questions.csv column a run's metrics write -> the edge similarity it is computed from
+    (`cfg`: summary.json's config), so a measure can be shown next to its edges' pair-level validity."""
+    return {c: e for col in cfg.get("on", ()) for m in cfg.get("metrics", ())
+            for c, e in QUESTION_METRICS.get(METRIC_ALIASES.get(m, m))().edge_columns(cfg, col).items()}
+
 
 def _log_likelihoods(view: QuestionView) -> np.ndarray | None:
-    """Each node's log-likelihood for weighted SE: mean token log-prob, else the summed log-prob."""
+    """Each node's log-likelihood for weighted SE: the sampled distribution's log-prob when recorded
+    (else the model's), divided by the token count when known."""
     frame = view.frame
-    lp_col, tok_col = f"{view.col}_logprob", f"{view.col}_tokens"
-    if frame is None or lp_col not in frame.columns:
+    if frame is None:
+        return None
+    lp_col = next((c for c in (f"{view.col}_logprob_sampled", f"{view.col}_logprob") if c in frame.columns), None)
+    if lp_col is None:
         return None
     lp = frame[lp_col].to_numpy(dtype=float)
+    tok_col = f"{view.col}_tokens"
     if tok_col in frame.columns:
         tokens = frame[tok_col].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):

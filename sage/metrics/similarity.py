@@ -238,8 +238,10 @@ class SimilarityOptions:
     device: str | None = None
     encoder_backend: str = "torch"  # torch, or onnx (ONNX Runtime; the `onnx` extra)
     nli_model: str | None = None  # HF sequence-classification NLI model (id in the local cache or path)
-    nli_edge: str = "entail"  # entail: mean bidirectional P(entailment); not-contradict: 1 - max P(contradiction)
+    nli_edge: str = "entail"  # entail: mean bidirectional P(entailment); not-contradict: 1 - max P(contradiction);
+    # graded: mean bidirectional P(entailment) + 0.5 P(neutral)
     nli_batch_size: int = 32
+    nli_question: bool = True  # NLI inputs "{question} {answer}" when the question is known
     judge_model: str | None = None  # any generation model (alias, HF id, path, API name)
     judge_backend: str | None = None  # default: the model's registry entry
     judge_base_urls: tuple[str, ...] = ()  # OpenAI-compatible endpoints for the judge
