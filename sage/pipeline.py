@@ -76,7 +76,9 @@ class PipelineConfig:
     concurrency: int = 8
     max_retries: int = 5
     timeout: float = 60.0
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 1  # vllm
+    enforce_eager: bool | None = None  # vllm (default: eager on a CPU)
+    kv_cache_gib: float | None = None  # vllm (default: 4 on a CPU)
     out_dir: str = "sage-run"
     output: str = "responses.csv"
     cache_path: str | None = None  # default: <SAGE_CACHE_DIR>/generations.sqlite
@@ -107,7 +109,8 @@ class _Backends:
             device=cfg.device, dtype=cfg.dtype, device_map=cfg.device_map, batch_size=cfg.batch_size,
             base_urls=tuple(cfg.base_urls),
             concurrency=cfg.concurrency, max_retries=cfg.max_retries, timeout=cfg.timeout,
-            tensor_parallel_size=cfg.tensor_parallel_size, extra=dict(cfg.extra),
+            tensor_parallel_size=cfg.tensor_parallel_size, enforce_eager=cfg.enforce_eager,
+            kv_cache_gib=cfg.kv_cache_gib, extra=dict(cfg.extra),
         )
 
     def get(self, model: str, backend: str | None, prompt_format: str | None = None):
@@ -354,8 +357,11 @@ def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", b
 
 
 def add_paraphrase_report(summary: dict, responses) -> None:
-    """Put the paraphrase stage's totals (questions short of K or with none) and the questions file's
-    counts (repeated rows merged) into a run summary."""
+    """Put the paraphrase stage's totals (questions short of K or with none), the questions file's
+    counts (repeated rows merged) and the number of model calls (requests that missed the generation
+    cache) into a run summary."""
+    if "model_calls" in responses.attrs:
+        summary["model_calls"] = int(responses.attrs["model_calls"])
     report = responses.attrs.get("paraphrase_report")
     if report is not None:
         summary["paraphrases"] = {k: v for k, v in report.items() if k != "per_question"}

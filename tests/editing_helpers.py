@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from sage.editing import value_optimization as vo
-from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
+from sage.editing.scorer import target_logits, target_logprobs
+from sage.models.kv_cache import cache_kwargs, new_cache
 
 
 def assert_suffix_rows_match_full_forward(model, tok, profile, layer, chunks, contexts, tol=1e-4):

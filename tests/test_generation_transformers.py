@@ -166,7 +166,7 @@ def test_shared_prompt_prefix_runs_once_with_identical_output(backend):
     reuse = TransformersBackend.from_loaded(backend.lm, backend.model_id, BackendOptions(**opts))
     whole = TransformersBackend.from_loaded(backend.lm, backend.model_id,
                                             BackendOptions(**opts, prefix_caching=False))
-    ids = [reuse._token_ids(GenerationRequest(messages=answer_messages(q))) for q in questions]
+    ids = [reuse.prompts.ids(GenerationRequest(messages=answer_messages(q))) for q in questions]
     prefix = shared_prefix(reuse, ids)
     assert prefix is not None and MIN_SHARED_PREFIX <= prefix.n < min(map(len, ids))
     assert all(i[:prefix.n] == ids[0][:prefix.n] for i in ids) and len({i[prefix.n] for i in ids}) > 1

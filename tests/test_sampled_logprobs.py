@@ -45,7 +45,7 @@ def _teacher_forced(backend, req, gen, params):
     import torch
     from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-    prompt = backend._token_ids(req)
+    prompt = backend.prompts.ids(req)
     ids = backend.lm.tokenizer(gen.text, add_special_tokens=False)["input_ids"][:len(gen.token_logprobs)]
     assert len(ids) == len(gen.token_logprobs), "the generated text re-tokenizes to other tokens"
     seq = torch.tensor([prompt + ids])

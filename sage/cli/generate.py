@@ -9,6 +9,7 @@ import click
 
 from sage.cli.options import (
     DTYPE_CHOICES,
+    engine_options,
     executor_options,
     pop_executor,
     progress_option,
@@ -32,8 +33,6 @@ def _common(f):
         click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
                      help="Model weights' dtype: auto = bfloat16 on CUDA, float32 on CPU."),
         click.option("--device-map", default=None, help="'auto' spreads a large model over the GPUs (accelerate)."),
-        click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(min=1),
-                     help="vllm: GPUs per model."),
         click.option("--cache", "cache_path", default=None, type=click.Path(dir_okay=False),
                      help="Generation cache (default: $SAGE_CACHE_DIR/generations.sqlite)."),
         click.option("--out-dir", default="sage-run", show_default=True, type=click.Path(file_okay=False)),
@@ -41,14 +40,14 @@ def _common(f):
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return progress_option(executor_options(server_options(f)))
+    return progress_option(executor_options(engine_options(server_options(f))))
 
 
 def _config(common: dict, **fields):
     from sage.pipeline import PipelineConfig
 
     keys = ("base_urls", "seed", "batch_size", "device", "dtype", "device_map", "concurrency", "max_retries", "timeout",
-            "tensor_parallel_size", "cache_path", "out_dir")
+            "tensor_parallel_size", "enforce_eager", "kv_cache_gib", "cache_path", "out_dir")
     executor, options = pop_executor(dict(common))
     return PipelineConfig(**{k: common[k] for k in keys}, executor=executor, executor_options=options, **fields)
 

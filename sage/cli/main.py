@@ -79,6 +79,9 @@ def cli(verbose: int, quiet: bool, offline: bool) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "httpx2", "urllib3", "filelock", "huggingface_hub", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    # vLLM sets up its own log handler when imported, from this variable (its engine processes inherit it);
+    # its per-step INFO lines are kept for -v.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
 
 
 def main(argv: list[str] | None = None) -> None:

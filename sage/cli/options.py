@@ -90,6 +90,30 @@ def server_options(f):
     return f
 
 
+_ENGINE_KEYS = ("tensor_parallel_size", "enforce_eager", "kv_cache_gib")
+
+
+def engine_options(f):
+    """vLLM engine settings (`BackendOptions`), shared by every command that can generate with vLLM."""
+    opts = [
+        click.option("--tensor-parallel-size", default=1, show_default=True, type=click.IntRange(min=1),
+                     help="vllm: GPUs per model."),
+        click.option("--vllm-eager/--vllm-compile", "enforce_eager", default=None,
+                     help="vllm: run the model eagerly, or compile it with torch.compile (default: eager on a CPU, "
+                          "where compiling costs 1-3 minutes at every start; compiled on a GPU)."),
+        click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="vllm: KV cache size in GiB (default: 4 on a CPU; on a GPU, vLLM's share of its memory)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def pop_engine(kwargs: dict) -> dict:
+    """The vLLM engine settings (PipelineConfig fields) from a command's keyword arguments, removing them."""
+    return {k: kwargs.pop(k) for k in _ENGINE_KEYS}
+
+
 _EXECUTOR_KEYS = ("executor", "ray_address", "workers", "cpus_per_worker", "gpus_per_worker")
 
 

@@ -7,8 +7,10 @@ import click
 
 from sage.cli.options import (
     csv_list,
+    engine_options,
     executor_options,
     measure_options,
+    pop_engine,
     pop_executor,
     pop_measures,
     precision_options,
@@ -48,7 +50,7 @@ def _print_summary(summary: dict) -> None:
 
 def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
               min_parascore, max_new_tokens, seed, device, dtype, device_map, out, record_logprobs=False,
-              executor="local", executor_opts=None, server=None):
+              executor="local", executor_opts=None, backend_opts=None):
     """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
     from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig, run_pipeline
@@ -58,7 +60,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
                    temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
                    rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
                    out_dir=str(out), answer_max_new_tokens=max_new_tokens, record_logprobs=record_logprobs,
-                   executor=executor, **(server or {}))
+                   executor=executor, **(backend_opts or {}))
     if executor_opts is not None:
         options["executor_options"] = executor_opts
     if min_parascore is not None:
@@ -83,6 +85,7 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @click.option("--backend", default=None, help="Generation backend: transformers, llamacpp, vllm, openai (default: the model's).")
 @click.option("--base-url", "base_urls", multiple=True, help="OpenAI-compatible endpoint(s); repeat to spread requests.")
 @server_options
+@engine_options
 @click.option("--paraphraser", default=None, help="Model writing paraphrases (default: the model under test).")
 @click.option("--rot-model", default=None, help="Model writing Rules of Thumb (default: the paraphraser).")
 @click.option("--min-parascore", type=float, default=None, help="ParaScore threshold for paraphrases (default 0.8).")
@@ -155,6 +158,7 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
 
     executor, executor_opts = pop_executor(option_groups)
     measures = pop_measures(option_groups)
+    engine = pop_engine(option_groups)
     config = ScoreConfig(
         metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
         similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
@@ -178,7 +182,7 @@ def command(preset, responses, model, questions, paraphrases, samples, temperatu
         df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
                        rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out,
                        record_logprobs, executor, executor_opts,
-                       {"concurrency": concurrency, "max_retries": max_retries, "timeout": timeout})
+                       {"concurrency": concurrency, "max_retries": max_retries, "timeout": timeout, **engine})
         labels = {}
         source = str(out / "responses.csv")
         # What the model generated is never "bad input": a question left with fewer than two

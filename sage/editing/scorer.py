@@ -7,11 +7,11 @@ one forward pass gives token accuracy, exact match and the sequence probability 
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.api import TargetScore, TargetScorer
+from sage.models.kv_cache import cache_kwargs, new_cache
 
 
 @dataclass
@@ -75,28 +75,6 @@ def shared_prefix_length(pairs: Sequence[tuple[list[int], list[int]]]) -> int:
             k += 1
         n = k
     return max(n, 0)
-
-
-def new_cache():
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def cache_kwargs(model: Any, cache) -> dict:
-    """The attention-cache argument of the model's forward (`cache` in newer transformers,
-    `past_key_values` before)."""
-    if cache is None:
-        return {}
-    return {_cache_arg_name(type(model.base_model)): cache}
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_arg_name(base_model_cls) -> str:
-    import inspect
-
-    params = inspect.signature(base_model_cls.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def prefix_cache(model: Any, prefix: list[int], rows: int):

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 from sage.editing.capture import hooked
 from sage.editing.dataset import EditRequest
 from sage.editing.profiles import ModelProfile
-from sage.editing.scorer import cache_kwargs, new_cache, target_logits, target_logprobs
+from sage.editing.scorer import target_logits, target_logprobs
+from sage.models.kv_cache import cache_kwargs, new_cache
 from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)

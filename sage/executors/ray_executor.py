@@ -248,6 +248,9 @@ class BackendWorker:
     def identity(self) -> dict:
         return self.backend.identity()
 
+    def close(self) -> None:
+        self.backend.close()
+
 
 class RayBackend(GenerationBackend):
     """A pool of actors, each holding the backend `spec` names; requests are sharded over them.
@@ -293,4 +296,8 @@ class RayBackend(GenerationBackend):
                 yield starts[j] + k, g
 
     def close(self) -> None:
+        try:  # each worker's backend frees what it holds (a vLLM engine stops its own processes)
+            self._pool.call_all("close")
+        except Exception as exc:  # a worker already gone: killing the pool below is all that is left
+            log.debug("closing Ray workers' backends: %s", exc)
         self.executor.release(self._key)

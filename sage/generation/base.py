@@ -46,7 +46,7 @@ class BackendOptions:
     """Runtime options; each backend reads the ones it uses."""
 
     device: str | None = None  # transformers: cpu / cuda (default: cuda when available)
-    dtype: str = "auto"  # transformers: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32; vllm too
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32: transformers and vllm
     device_map: str | None = None  # transformers: "auto" spreads a large model over the GPUs (accelerate)
     batch_size: int = 16  # transformers: prompts per forward pass (rows in flight)
     continuous_batching: bool = True  # transformers: a finished row's slot goes to a waiting prompt
@@ -59,6 +59,8 @@ class BackendOptions:
     backoff: float = 0.5  # first retry delay in seconds, doubled each retry, with jitter
     retry_seed: int | None = None  # seeds the retry jitter (reproducible fault tests); None: random
     tensor_parallel_size: int = 1  # vllm
+    enforce_eager: bool | None = None  # vllm: no torch.compile (default: True on a CPU, False on a GPU)
+    kv_cache_gib: float | None = None  # vllm: KV cache size (default: 4 GiB on a CPU, vLLM's sizing on a GPU)
     n_ctx: int = 2048  # llamacpp
     n_threads: int | None = None  # llamacpp (default: all cores)
     extra: dict = field(default_factory=dict)

@@ -12,12 +12,7 @@ import logging
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
-from sage.generation.base import (
-    BACKENDS,
-    BackendOptions,
-    first_token_after,
-    request_seed,
-)
+from sage.generation.base import BACKENDS, BackendOptions, request_seed
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +47,11 @@ class TransformersBackend(GenerationBackend):
         return self
 
     def _init_tokens(self) -> None:
+        from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
+
         tok = self.lm.tokenizer
-        eos = self.lm.model.generation_config.eos_token_id
-        eos = eos if isinstance(eos, (list, tuple)) else [eos]
-        self.eos_ids = {int(e) for e in list(eos) + [tok.eos_token_id] if e is not None}
+        self.prompts = PromptTokens(tok, self._model_id)
+        self.eos_ids = eos_token_ids(tok, self.lm.model.generation_config)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else next(iter(self.eos_ids))
 
     @property
@@ -70,37 +66,6 @@ class TransformersBackend(GenerationBackend):
                 "dtype": str(next(self.lm.model.parameters()).dtype).replace("torch.", ""),
                 "device": self.device.split(":")[0],
                 "chat_template": text_digest(getattr(self.lm.tokenizer, "chat_template", None))}
-
-    # ------------------------------------------------------------------ prompts
-    def _prompt(self, req: GenerationRequest) -> tuple[str, bool]:
-        """The prompt as text and whether the tokenizer adds special tokens to it."""
-        tok = self.lm.tokenizer
-        if req.messages is not None:
-            if not getattr(tok, "chat_template", None):
-                from sage.errors import SageInputError
-
-                raise SageInputError(
-                    f"model {self._model_id!r} has no chat template; pass --prompt-format "
-                    "(llama2, mistral, vicuna, falcon, plain) to render prompts as text"
-                )
-            text = tok.apply_chat_template(
-                [{"role": r, "content": c} for r, c in req.messages],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-            return text, False
-        return req.prompt, True
-
-    def _token_ids(self, req: GenerationRequest) -> list[int]:
-        text, special = self._prompt(req)
-        return self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]
-
-    def _candidate_ids(self, req: GenerationRequest, prompt_ids: list[int]) -> list[int]:
-        """Each candidate's first token as written right after this prompt (`first_token_after`)."""
-        text, special = self._prompt(req)
-        tok = self.lm.tokenizer
-        return [first_token_after(lambda t: tok(t, add_special_tokens=special)["input_ids"], text, c, prompt_ids)
-                for c in req.params.candidates]
 
     # ------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -118,8 +83,8 @@ class TransformersBackend(GenerationBackend):
         `prefix_caching` the first tokens all prompts of a group share are run once."""
         from sage.generation.hf_batching import decode
 
-        ids = [self._token_ids(r) for r in requests]
-        cands = [self._candidate_ids(r, p) if r.params.candidates else [] for r, p in zip(requests, ids)]
+        ids = [self.prompts.ids(r) for r in requests]
+        cands = [self.prompts.candidate_ids(r, p) if r.params.candidates else [] for r, p in zip(requests, ids)]
         groups: dict[SamplingParams, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(r.params, []).append(i)

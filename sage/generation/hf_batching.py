@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from sage.api import Generation, SamplingParams
+from sage.models.kv_cache import cache_kwargs, output_cache
 
 
 class _Batch:
@@ -89,8 +90,9 @@ class _Prefix:
         self.n = len(ids)
         inp = torch.tensor([ids], dtype=torch.long, device=backend.device)
         out = backend.lm.model(input_ids=inp, use_cache=True, logits_to_keep=1)
-        self.kv = [(layer.keys, layer.values) for layer in out.cache.layers]
-        self.cache_ok = _mergeable(out.cache)
+        cache = output_cache(out)
+        self.kv = [(layer.keys, layer.values) for layer in cache.layers]
+        self.cache_ok = _mergeable(cache)
 
     def cache_for(self, n: int):
         from transformers import DynamicCache
@@ -131,8 +133,8 @@ def _prefill(backend, prompts: list[list[int]], rows: list[int], prefix: _Prefix
         cache = prefix.cache_for(n)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, skip:]
     out = backend.lm.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                           logits_to_keep=1, cache=cache)
-    return _Batch(out.cache, attn, pos[:, -1:], out.logits[:, -1, :].float(), list(rows))
+                           logits_to_keep=1, **cache_kwargs(backend.lm.model, cache))
+    return _Batch(output_cache(out), attn, pos[:, -1:], out.logits[:, -1, :].float(), list(rows))
 
 
 def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: list[int], *, width: int,
@@ -217,5 +219,5 @@ def decode(backend, prompts: list[list[int]], params: SamplingParams, seeds: lis
                                                            device=dev)], dim=1)
             batch.pos = batch.pos + 1
             out = backend.lm.model(input_ids=nxt[:, None], attention_mask=batch.attn, position_ids=batch.pos,
-                                   cache=batch.cache, use_cache=True)
-            batch.cache, batch.logits = out.cache, out.logits[:, -1, :].float()
+                                   use_cache=True, **cache_kwargs(backend.lm.model, batch.cache))
+            batch.cache, batch.logits = output_cache(out), out.logits[:, -1, :].float()

@@ -161,6 +161,8 @@ class OpenAIBackend(GenerationBackend):
         if req.messages is not None:
             choice = resp.choices[0]
             content = choice.logprobs.content if choice.logprobs is not None else None
+            if content and _ends_with_eos(choice, [t.token for t in content], choice.message.content or ""):
+                content = content[:-1]
             lps = [t.logprob for t in content] if p.logprobs and content is not None else None
             first = {t.token: t.logprob for t in content[0].top_logprobs or []} if content else None
             return Generation(text=choice.message.content or "", token_logprobs=lps,
@@ -170,10 +172,20 @@ class OpenAIBackend(GenerationBackend):
         if choice.logprobs is not None:
             if p.logprobs and choice.logprobs.token_logprobs is not None:
                 lps = [float(x) for x in choice.logprobs.token_logprobs]
+                if _ends_with_eos(choice, list(choice.logprobs.tokens or []), choice.text or ""):
+                    lps = lps[:-1]
             if choice.logprobs.top_logprobs:
                 first = dict(choice.logprobs.top_logprobs[0] or {})
         return Generation(text=choice.text or "", token_logprobs=lps, finish_reason=choice.finish_reason,
                           candidate_logprobs=_candidates(p.candidates, first))
+
+
+def _ends_with_eos(choice, tokens: list[str], text: str) -> bool:
+    """Whether the last listed token is an end-of-sequence token the text does not contain: a
+    server that stopped on it lists it (vLLM's `<|im_end|>`), the local backends never count it.
+    Told by the tokens before it spelling the whole text; after a stop string they do not (the text
+    is cut before it, its tokens stay listed, as the local backends keep them)."""
+    return choice.finish_reason == "stop" and len(tokens) > 0 and "".join(tokens[:-1]) == text
 
 
 def _describe(exc: Exception) -> str:

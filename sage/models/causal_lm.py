@@ -39,6 +39,7 @@ def dequantized_dir(gguf: Path) -> Path:
     """Directory holding the safetensors conversion of `gguf`; created on first use."""
     out = cache_dir() / "models" / f"{gguf.stem}-{_file_fingerprint(gguf)}"
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
+        _drop_gguf_quantization(out)  # a folder written before the config was made plain
         return out
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -52,12 +53,29 @@ def dequantized_dir(gguf: Path) -> Path:
     fresh.generation_config = gguf_model.generation_config
     fresh.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
+    _drop_gguf_quantization(tmp)
     try:
         tmp.rename(out)  # atomic publish: a crash mid-save leaves no half-written cache
     except OSError:
         if not (out / "config.json").exists():
             raise
     return out
+
+
+def _drop_gguf_quantization(folder: Path) -> None:
+    """Make the saved config a plain one: the weights are dequantized, but the config copied from
+    the GGUF-loaded model still says `quantization_config: {quant_method: gguf}`, which vLLM
+    refuses ("Unknown quantization method: gguf"). Rewritten atomically."""
+    import json
+
+    path = folder / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if (config.get("quantization_config") or {}).get("quant_method") != "gguf":
+        return
+    del config["quantization_config"]
+    tmp = path.with_name(f"config.json.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def model_dir(name: str) -> Path:
