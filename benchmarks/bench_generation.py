@@ -123,6 +123,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for torch and llama.cpp (default: torch's default, all cores for llama.cpp)")
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--no-variants", action="store_true",
+                    help="time only continuous batching + shared prefix among the transformers backend's modes")
     ap.add_argument("--vllm", action="store_true", help="also the vllm backend (float32 and bfloat16)")
     ap.add_argument("--vllm-dtypes", default="float32,bfloat16")
     ap.add_argument("--vllm-child", default=None, help=argparse.SUPPRESS)
@@ -157,6 +159,8 @@ def main(argv=None) -> None:
         no_prefix_name: (bench_backend(no_prefix, prompts, args.max_new_tokens), prompts),
         cont_name: (bench_backend(continuous, prompts, args.max_new_tokens), prompts),
     }
+    if args.no_variants:
+        del methods[fixed_name], methods[no_prefix_name]
     if not args.no_llamacpp and importlib.util.find_spec("llama_cpp") is not None:
         from sage.generation.llamacpp import LlamaCppBackend
 
@@ -194,8 +198,8 @@ def main(argv=None) -> None:
     base = results[loop_name]["tokens_per_s_median"]
     in_sample = texts[cont_name][::step][: len(sample)]
     same_loop = sum(a.strip() == b.strip() for a, b in zip(texts[loop_name], in_sample))
-    same_fixed = sum(a == b for a, b in zip(texts[fixed_name], texts[cont_name]))
-    same_no_prefix = sum(a == b for a, b in zip(texts[no_prefix_name], texts[cont_name]))
+    same_fixed = sum(a == b for a, b in zip(texts.get(fixed_name, []), texts[cont_name]))
+    same_no_prefix = sum(a == b for a, b in zip(texts.get(no_prefix_name, []), texts[cont_name]))
     tokens = _count(lm.tokenizer, texts[cont_name])
     print(f"\n{args.prompts} answer prompts ({source}), greedy, max_new_tokens={args.max_new_tokens}, "
           f"{tokens} tokens generated, torch threads={torch.get_num_threads()}, median of {args.runs} interleaved "

@@ -63,18 +63,26 @@ def main(argv=None) -> int:
             r = runs[b][-1]
             print(f"run {i + 1}: {b}: {r['seconds']:.1f} s, {r['model_calls']} model calls, "
                   f"load {r['load_average']:.1f}", file=sys.stderr, flush=True)
+            if args.json:  # after every run: a stopped benchmark keeps what it measured
+                _write(args, runs, provenance)
     med = {b: statistics.median(r["seconds"] for r in rs) for b, rs in runs.items()}
     base = backends[0]
     print(f"\n`sage score --model smollm2-135m` on the 30 demo questions, median of {args.runs} interleaved runs\n")
     print("| backend | wall time (median) | vs " + base + " | runs (s) | model calls |")
     print("|---|---:|---:|---|---:|")
     for b, rs in runs.items():
-        print(f"| {b} | {med[b]:.1f} s | {med[b] / med[base]:.2f}x | "
-              f"{', '.join(f'{r['seconds']:.0f}' for r in rs)} | {rs[0]['model_calls']} |")
+        seconds = ", ".join(f"{r['seconds']:.0f}" for r in rs)
+        print(f"| {b} | {med[b]:.1f} s | {med[b] / med[base]:.2f}x | {seconds} | {rs[0]['model_calls']} |")
     if args.json:
-        args.json.write_text(json.dumps({"args": {**vars(args), "json": str(args.json)}, "runs": runs,
-                                         "median_seconds": med, **provenance()}, indent=2) + "\n")
+        _write(args, runs, provenance)
     return 0
+
+
+def _write(args, runs: dict, provenance) -> None:
+    done = {b: rs for b, rs in runs.items() if rs}
+    med = {b: statistics.median(r["seconds"] for r in rs) for b, rs in done.items()}
+    args.json.write_text(json.dumps({"args": {**vars(args), "json": str(args.json)}, "runs": runs,
+                                     "median_seconds": med, **provenance()}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ SHARED_DATA = Path(os.environ.get("SAGE_SHARED_DATA", REPO.parent / "shared" / "
 # Tests never reach the internet (as in CI, .ci/run): a hub id that is not local fails at once instead of
 # trying huggingface.co. Download tests set their own environment and talk to servers on loopback.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Where vLLM is installed (as in CI) it is the default local backend; the tests that do not name a
+# backend run the transformers one (each vLLM engine start costs 30-120 s). test_generation_unit checks
+# the default itself; the vLLM tests name their backend.
+os.environ.setdefault("SAGE_DEFAULT_BACKEND", "transformers")
 
 
 @pytest.fixture(scope="session")

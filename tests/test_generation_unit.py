@@ -44,6 +44,27 @@ def test_paper_models_are_aliases_with_backend_and_format():
     assert set(MODELS) >= {"llama2-7b", "gpt-4"}
 
 
+def test_the_default_local_backend_is_vllm_where_it_is_installed(monkeypatch):
+    """Issue 30: vLLM was faster end to end with the same greedy text, so it is the local default
+    where installed; SAGE_DEFAULT_BACKEND overrides it (tests/conftest.py sets transformers)."""
+    import importlib.util
+
+    monkeypatch.delenv("SAGE_DEFAULT_BACKEND")
+    installed = importlib.util.find_spec("vllm") is not None
+    want = "vllm" if installed else "transformers"
+    assert resolve_model("smollm2-135m").backend == want
+    assert resolve_model("some-org/some-model").backend == want
+    assert resolve_model("llama2-7b").backend == "vllm" and resolve_model("gpt-4").backend == "openai"
+    assert resolve_model("smollm2-135m", backend="llamacpp").backend == "llamacpp"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else object())
+    assert resolve_model("smollm2-135m").backend == "transformers"
+    monkeypatch.setenv("SAGE_DEFAULT_BACKEND", "llamacpp")
+    assert resolve_model("smollm2-135m").backend == "llamacpp"
+    monkeypatch.setenv("SAGE_DEFAULT_BACKEND", "nope")
+    with pytest.raises(SageInputError, match="SAGE_DEFAULT_BACKEND='nope'"):
+        resolve_model("smollm2-135m")
+
+
 def test_unknown_prompt_format_and_backend_are_one_line_errors():
     with pytest.raises(SageInputError, match="unknown prompt format 'nope'"):
         resolve_model("gpt-4", prompt_format="nope")

