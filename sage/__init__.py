@@ -4,7 +4,7 @@ Heavy submodules are imported lazily so that `import sage` stays cheap.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from sage.version import __version__
 
 __all__ = ["score", "score_responses", "read_responses", "write_responses", "sge_from_distances", "run_pipeline",
            "PipelineConfig", "__version__"]

@@ -3,6 +3,8 @@
 - `PairwiseSimilarity`: a text-pair similarity used as a baseline metric and as SGE edge weights.
 - `GenerationBackend`: batched chat/completion generation (transformers, llama.cpp, vLLM, OpenAI).
 - `Editor` / `EditHandle`: a knowledge-editing method and the handle that undoes it exactly.
+- `Executor` / `WorkerPool`: where work runs (this process, a Ray cluster); the work is handed to
+  it as a picklable worker factory and units, so executors import no generation or editing code.
 
 Each kind has one registry (see `sage.registry.Registry`); adding a method is one module plus
 one registry entry. Nothing here imports heavy libraries.
@@ -246,3 +248,68 @@ class Editor(ABC):
 
     @abstractmethod
     def apply(self, model: Any, requests: Sequence[Any]) -> EditHandle: ...
+
+
+# --------------------------------------------------------------------------- executors
+class WorkerPool(ABC):
+    """Workers built once each by a picklable factory (one holds a loaded model or a backend);
+    `map(units)` runs `worker.run(unit)` for every unit and yields (index, result) as each
+    finishes, in any order; `call_all(name, *args)` calls a method on every worker."""
+
+    size: int = 1
+
+    @abstractmethod
+    def map(self, units: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        ...
+
+    @abstractmethod
+    def call_all(self, name: str, *args) -> list:
+        ...
+
+
+class Executor(ABC):
+    """Where units of work run. Units must be pure: running one twice (a retry after a lost
+    worker) gives the same result, and only the caller writes results, so a run killed at any
+    point resumes from what was written and a retry never duplicates a record.
+
+    `distributes`: False for an executor whose workers live in this process (`local`); callers
+    then build what they need directly instead of through a pool."""
+
+    name: str = ""
+    distributes: bool = False
+
+    @abstractmethod
+    def pool(self, factory, *, gpus: float | None = None, key: str | None = None) -> WorkerPool:
+        """The pool built by `factory` under `key` (kept and reused by later calls with the same
+        key: a model is loaded once per worker); `gpus` overrides the GPUs each worker reserves."""
+
+    def map(self, factory, units: Sequence[Any], *, gpus: float | None = None,
+            key: str | None = None) -> Iterator[tuple[int, Any]]:
+        """`pool(factory).map(units)`; a pool without a key is dropped when the units are done."""
+        pool = self.pool(factory, gpus=gpus, key=key)
+        try:
+            yield from pool.map(units)
+        finally:
+            if key is None:
+                self.drop(pool)
+
+    def release(self, key: str) -> None:
+        """Drop the workers built under `key` (their memory, or their cluster resources)."""
+        return
+
+    def drop(self, pool: WorkerPool) -> None:
+        """Drop a pool built without a key."""
+        return
+
+    def workers(self, gpus: float | None = None) -> int:
+        """How many units run at once."""
+        return 1
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -21,8 +21,9 @@ from sage.data.questions import read_questions, read_string_table
 from sage.data.records import RecordStore
 from sage.errors import SageInputError
 from sage.executors import ExecutorOptions, make_executor
-from sage.generation.base import BackendOptions, make_backend
-from sage.generation.models import resolve_model
+from sage.generation.base import BackendOptions
+from sage.generation.factory import make_backend
+from sage.generation.model_specs import resolve_model
 from sage.generation.stages import (
     answer_items,
     clean_answer,

@@ -86,11 +86,13 @@ def test_generation_across_two_actors_equals_single_process(executor, tmp_path):
                          questions_table=table, executor=executor)
     assert again.attrs["model_calls"] == 0 and list(again["rot"]) == list(local["rot"])
     from sage.generation.base import BackendOptions
-    from sage.generation.models import resolve_model
+    from sage.generation.model_specs import resolve_model
     from sage.models.causal_lm import load_causal_lm
 
     spec = resolve_model("smollm2-135m")
-    remote_backend = executor.generation_backend(spec, BackendOptions(device="cpu"))
+    from sage.generation.factory import uncached_backend
+
+    remote_backend = uncached_backend(spec, BackendOptions(device="cpu"), executor)
     try:
         local_backend = TransformersBackend.from_loaded(load_causal_lm("smollm2-135m"), spec.model_id)
         assert remote_backend.identity() == local_backend.identity()

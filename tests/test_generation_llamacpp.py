@@ -7,8 +7,9 @@ import pytest
 
 from sage.api import GenerationRequest, SamplingParams
 from sage.errors import SageInputError
-from sage.generation.base import BackendOptions, make_backend
-from sage.generation.models import resolve_model
+from sage.generation.base import BackendOptions
+from sage.generation.factory import make_backend
+from sage.generation.model_specs import resolve_model
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,11 @@ from sage.generation.base import (
     BackendError,
     BackendOptions,
     build_requests,
-    make_backend,
     request_seed,
 )
 from sage.generation.cache import request_key
-from sage.generation.models import MODELS, PROMPT_FORMATS, resolve_model
+from sage.generation.factory import make_backend
+from sage.generation.model_specs import MODELS, PROMPT_FORMATS, resolve_model
 from sage.generation.stages import (
     answer_messages,
     clean_answer,

@@ -40,7 +40,7 @@ def test_vllm_judge_on_cuda_is_close_to_the_float32_reference(cuda_vllm, bundled
     from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes
 
     from sage.generation.base import build_requests
-    from sage.generation.models import resolve_model
+    from sage.generation.model_specs import resolve_model
     from sage.metrics.judge import judge_messages, p_yes_from_logprobs
 
     params = SamplingParams(max_new_tokens=1, candidates=("Yes", "No"), logprobs=True)

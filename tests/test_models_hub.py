@@ -243,7 +243,7 @@ def test_ignore_patterns_skip_duplicate_and_foreign_weights():
 
 
 def test_aliases_name_the_papers_exact_hub_ids():
-    from sage.generation.models import MODELS, resolve_model
+    from sage.generation.model_specs import MODELS, resolve_model
     from sage.models.aliases import hub_id
 
     assert hub_id("llama2-13b") == "meta-llama/Llama-2-13b-chat-hf"
@@ -259,7 +259,7 @@ def test_aliases_name_the_papers_exact_hub_ids():
 
 
 def test_chat_formats_open_the_first_turn_as_the_models_were_trained():
-    from sage.generation.models import PROMPT_FORMATS as F
+    from sage.generation.model_specs import PROMPT_FORMATS as F
 
     user = (("user", "Is it fair?"),)
     assert F["llama2"].render(user) == "[INST] Is it fair? [/INST]"

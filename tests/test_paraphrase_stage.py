@@ -7,8 +7,9 @@ import pytest
 
 from sage.data.questions import read_questions
 from sage.data.records import RecordStore
-from sage.generation.base import BackendOptions, make_backend
-from sage.generation.models import resolve_model
+from sage.generation.base import BackendOptions
+from sage.generation.factory import make_backend
+from sage.generation.model_specs import resolve_model
 from sage.paraphrase.parascore import ParaScorer
 from sage.paraphrase.stage import (
     ParaphraseConfig,

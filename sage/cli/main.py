@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from sage import __version__
+from sage.version import __version__
 from sage.errors import SageInputError
 
 # command name -> module defining `command`; modules are imported only when needed.

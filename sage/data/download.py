@@ -27,6 +27,7 @@ from sage.data.registry import DATASETS, Dataset, RemoteFile
 from sage.errors import SageInputError
 from sage.progress import progress_bar
 from sage.settings import cache_dir, offline
+from sage.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,6 @@ def _fail(url: str, what: str, name: str, part: Path) -> SageInputError:
 
 def _stream(url: str, part: Path, f: RemoteFile, bar, name: str) -> None:
     """Bring `part` to `f.size` bytes, resuming with Range after a dropped connection."""
-    from sage import __version__
 
     failures = 0
     while True:

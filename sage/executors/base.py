@@ -8,16 +8,15 @@ killed at any point resumes from what was written. Units must be pure: running o
 retry after a lost worker) gives the same result, and only the caller writes results, so a retry
 never duplicates a record.
 
-`generation_backend(spec, options)` is the uncached backend a run generates with; the driver
-wraps it in its own `CachedBackend`.
+The executor bases (`Executor`, `WorkerPool`) live in `sage.api`: executors never import the
+generation or editing code whose work they run (`sage.generation.factory` builds a sharded
+backend over a pool, `sage.editing.sweep` hands editing units to one).
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from sage.api import Executor
 from sage.errors import SageInputError
 from sage.registry import Registry
 
@@ -46,42 +45,6 @@ class ExecutorOptions:
             raise SageInputError(f"--gpus-per-worker must be >= 0 (got {self.gpus_per_worker})")
         if self.max_retries < 0:
             raise SageInputError(f"max_retries must be >= 0 (got {self.max_retries})")
-
-
-class Executor(ABC):
-    name: str = ""
-
-    def __init__(self, options: ExecutorOptions | None = None):
-        self.options = options or ExecutorOptions()
-
-    @abstractmethod
-    def map(self, factory: Callable[[], Any], units: Sequence[Any], *, gpus: float | None = None,
-            key: str | None = None) -> Iterator[tuple[int, Any]]:
-        """Run `factory().run(unit)` for every unit; yield (index, result) as each finishes.
-
-        Workers built by the same `key` are kept and reused by later calls (a loaded model is
-        loaded once per worker); `gpus` overrides the GPUs each worker reserves."""
-
-    @abstractmethod
-    def generation_backend(self, spec, options):
-        """The uncached `GenerationBackend` for a `ModelSpec` and `BackendOptions`."""
-
-    def release(self, key: str) -> None:
-        """Drop the workers built under `key` (their memory, or their cluster resources)."""
-        return
-
-    def workers(self, gpus: float | None = None) -> int:
-        """How many units run at once."""
-        return 1
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def make_executor(name: str | Executor | None = None, options: ExecutorOptions | None = None) -> Executor:

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.api import Executor, WorkerPool
 from sage.errors import SageInputError
-from sage.executors.base import EXECUTORS, Executor
+from sage.executors.base import EXECUTORS, ExecutorOptions
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,11 @@ class _ActorBody:
         return os.getpid()
 
 
-class _Pool:
+class _Pool(WorkerPool):
     def __init__(self, ray, actors: list, retries: int):
         self.ray, self.actors, self.retries = ray, actors, retries
         self.pids = self._started()
+        self.size = len(actors)
 
     def _started(self) -> list[int]:
         """Waits until every worker is built (its model loaded), so start-up errors surface here."""
@@ -129,9 +130,10 @@ class _Pool:
 @EXECUTORS.register("ray")
 class RayExecutor(Executor):
     name = "ray"
+    distributes = True
 
-    def __init__(self, options=None):
-        super().__init__(options)
+    def __init__(self, options: ExecutorOptions | None = None):
+        self.options = options or ExecutorOptions()
         self.ray = _import_ray()
         self._started = False
         if not self.ray.is_initialized():
@@ -175,7 +177,7 @@ class RayExecutor(Executor):
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         return {"env_vars": env}
 
-    def _pool(self, factory: Callable[[], Any], gpus: float | None, key: str | None) -> _Pool:
+    def pool(self, factory: Callable[[], Any], *, gpus: float | None = None, key: str | None = None) -> _Pool:
         if key is not None and key in self._pools:
             return self._pools[key]
         gpus = self._gpus(gpus)
@@ -197,107 +199,19 @@ class RayExecutor(Executor):
         return [(a, pid) for p in self._pools.values() for a, pid in zip(p.actors, p.pids)]
 
     # ------------------------------------------------------------------ work
-    def map(self, factory: Callable[[], Any], units: Sequence[Any], *, gpus: float | None = None,
-            key: str | None = None) -> Iterator[tuple[int, Any]]:
-        pool = self._pool(factory, gpus, key)
-        try:
-            yield from pool.map(units)
-        finally:
-            if key is None:
-                self._drop(pool)
-
     def release(self, key: str) -> None:
         """Stop a pool's actors (their resources go back to the cluster)."""
         pool = self._pools.get(key)
         if pool is not None:
-            self._drop(pool)
+            self.drop(pool)
 
-    def _drop(self, pool: _Pool) -> None:
+    def drop(self, pool: _Pool) -> None:
         pool.kill()
         self._pools = {k: p for k, p in self._pools.items() if p is not pool}
 
-    def generation_backend(self, spec, options):
-        from sage.generation.base import BACKENDS
-
-        cls = BACKENDS.get(spec.backend)
-        if not cls.distributable:  # a network client or a driver-side function: nothing to spread
-            log.info("%s backend runs on the driver; the Ray executor leaves it there", spec.backend)
-            return cls(spec.model_id, options)
-        return RayBackend(self, spec, options)
-
     def close(self) -> None:
         for pool in list(self._pools.values()):
-            self._drop(pool)
+            self.drop(pool)
         if self._started:
             self.ray.shutdown()
             self._started = False
-
-
-# --------------------------------------------------------------------------- generation
-class BackendWorker:
-    """One generation backend inside a worker; `run(requests)` generates a shard."""
-
-    def __init__(self, backend: str, model_id: str, options):
-        from sage.generation.base import BACKENDS
-
-        self.backend = BACKENDS.get(backend)(model_id, options)
-
-    def run(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        return self.backend.generate(requests)
-
-    def identity(self) -> dict:
-        return self.backend.identity()
-
-    def close(self) -> None:
-        self.backend.close()
-
-
-class RayBackend(GenerationBackend):
-    """A pool of actors, each holding the backend `spec` names; requests are sharded over them.
-
-    Its identity is the workers' backend identity (computed on a worker: the weights it fingerprints
-    are the ones it loaded), so the driver's cache keys are exactly a local run's."""
-
-    def __init__(self, executor: RayExecutor, spec, options):
-        self.executor, self.spec, self.options = executor, spec, options
-        self.name = spec.backend
-        self._key = f"generation:{spec.backend}:{spec.model_id}:{id(self)}"
-        factory = functools.partial(BackendWorker, spec.backend, spec.model_id, options)
-        self._pool = executor._pool(factory, float(options.tensor_parallel_size), self._key)
-        identities = self._pool.call_all("identity")
-        if any(i != identities[0] for i in identities):
-            raise SageInputError(f"Ray workers hold different copies of {spec.model_id!r} (their weight "
-                                 "fingerprints differ); give every node the same model files")
-        self._identity = identities[0]
-        self.parallelism = len(self._pool.actors)
-
-    @property
-    def model_id(self) -> str:
-        return self.spec.model_id
-
-    def identity(self) -> dict:
-        return self._identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        out: list[Generation | None] = [None] * len(requests)
-        for i, g in self.generate_iter(requests):
-            out[i] = g
-        return out  # type: ignore[return-value]
-
-    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
-        # Two shards per worker at least, each a few batches long, so every worker stays busy and a
-        # transformers worker can refill its batch from its own shard.
-        bs = max(1, self.options.batch_size)
-        size = min(max(bs, math.ceil(len(requests) / (2 * self.parallelism))), 8 * bs)
-        starts = list(range(0, len(requests), size))
-        shards = [list(requests[s : s + size]) for s in starts]
-        for j, outs in self._pool.map(shards):
-            for k, g in enumerate(outs):
-                yield starts[j] + k, g
-
-    def close(self) -> None:
-        try:  # each worker's backend frees what it holds (a vLLM engine stops its own processes)
-            self._pool.call_all("close")
-        except Exception as exc:  # a worker already gone: killing the pool below is all that is left
-            log.debug("closing Ray workers' backends: %s", exc)
-        self.executor.release(self._key)

@@ -3,13 +3,13 @@
 Backends live in their own modules and register themselves on import; `BACKENDS` names the
 module for each, so optional dependencies (llama-cpp-python, vllm) load only when used.
 Adding a backend = one module with `@BACKENDS.register("name")` + one entry below.
+`sage.generation.factory.make_backend` builds one (here or on an executor's workers, cached).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 from sage.api import GenerationBackend, GenerationRequest, SamplingParams
@@ -116,19 +116,3 @@ def build_requests(
             out.append(GenerationRequest(prompt=spec_format.render(msgs), params=params, sample=s,
                                          inputs=tuple(named)))
     return out
-
-
-def make_backend(
-    spec,
-    options: BackendOptions | None = None,
-    *,
-    cache_path: str | Path | None = None,
-    executor=None,
-) -> GenerationBackend:
-    """Instantiate `spec.backend` for `spec.model_id` where `executor` (a `sage.executors.Executor`,
-    default: this process) runs it, wrapped in the driver's generation cache."""
-    from sage.executors import make_executor
-    from sage.generation.cache import CachedBackend, GenerationCache
-
-    backend = make_executor(executor).generation_backend(spec, options or BackendOptions())
-    return CachedBackend(backend, GenerationCache(cache_path))

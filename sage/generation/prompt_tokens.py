@@ -3,7 +3,7 @@
 The transformers and vLLM backends both submit token ids rendered here, so the same request
 reaches both models as the same tokens: chat messages through the tokenizer's chat template
 (`add_generation_prompt=True`, no extra special tokens), a text prompt (already rendered by
-`sage.generation.models.PromptFormat`) with the tokenizer's special tokens (the BOS).
+`sage.generation.model_specs.PromptFormat`) with the tokenizer's special tokens (the BOS).
 """
 from __future__ import annotations
 

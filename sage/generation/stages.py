@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from sage.api import GenerationBackend, SamplingParams
 from sage.data.records import RecordStore
 from sage.generation.base import build_requests
-from sage.generation.models import PromptFormat
+from sage.generation.model_specs import PromptFormat
 from sage.progress import progress_bar
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from sage.metrics.forward_clock import ForwardClock
 from sage.models.resolve import bundled_embedder_path, resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -29,8 +30,6 @@ BACKENDS = ("torch", "onnx")
 class SentenceEncoder:
     def __init__(self, path: str, device: str = "cpu", batch_size: int = 64, backend: str = "torch"):
         from sentence_transformers import SentenceTransformer
-
-        from sage.metrics.similarity import ForwardClock
 
         self.path = path
         self.backend = backend

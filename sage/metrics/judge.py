@@ -82,8 +82,9 @@ class JudgeSimilarity(PairwiseSimilarity):
 
     def __init__(self, model: str, backend: str | None = None, base_urls: Sequence[str] = (),
                  device: str | None = None, batch_size: int = 16, cache_path: str | None = None):
-        from sage.generation.base import BackendOptions, make_backend
-        from sage.generation.models import resolve_model
+        from sage.generation.base import BackendOptions
+        from sage.generation.factory import make_backend
+        from sage.generation.model_specs import resolve_model
 
         self.model_name = model
         self.spec = resolve_model(model, backend=backend or ("openai" if base_urls else None))

@@ -34,7 +34,8 @@ import numpy as np
 
 from sage.api import EntailmentRelations, PairwiseSimilarity
 from sage.errors import SageInputError
-from sage.metrics.similarity import SIMILARITIES, ForwardClock
+from sage.metrics.forward_clock import ForwardClock
+from sage.metrics.similarity import SIMILARITIES
 from sage.models.resolve import resolve_model_path
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@ distinct text exactly once, in batches, with a model loaded once per run.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from sage.api import PairwiseSimilarity
 from sage.metrics import lexical
+from sage.metrics.forward_clock import ForwardClock
 from sage.models.resolve import resolve_model_path
 from sage.registry import Registry
 
@@ -22,21 +22,6 @@ log = logging.getLogger(__name__)
 # The equivalence judges load torch/transformers or a generation backend only when used.
 SIMILARITIES: Registry[type[PairwiseSimilarity]] = Registry(
     "similarity", lazy_modules={"nli": "sage.metrics.nli", "judge": "sage.metrics.judge"})
-
-
-class ForwardClock:
-    """Accumulates wall time spent inside a torch module's forward passes (via hooks)."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self._start: list[float] = []
-
-    def attach(self, module) -> None:
-        module.register_forward_pre_hook(lambda *_: self._start.append(time.perf_counter()))
-        module.register_forward_hook(lambda *_: self._stop())
-
-    def _stop(self) -> None:
-        self.seconds += time.perf_counter() - self._start.pop()
 
 
 def _unique_index(groups: Sequence[Sequence[str]]) -> tuple[list[str], list[np.ndarray]]:

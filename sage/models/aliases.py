@@ -1,7 +1,7 @@
 """Short names for the models the SaGE and CounterMoral papers use -> exact Hugging Face hub ids.
 
 One table for every place that loads weights: `sage score --model`, `--paraphraser`, `--embedder`,
-`sage edit --model`. The generation aliases in `sage.generation.models.MODELS` take their ids from
+`sage edit --model`. The generation aliases in `sage.generation.model_specs.MODELS` take their ids from
 here, so an alias means the same repository everywhere.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ from sage.api import GenerationBackend, SamplingParams
 from sage.data.records import RecordStore
 from sage.errors import SageInputError
 from sage.generation.base import build_requests
-from sage.generation.models import PromptFormat
+from sage.generation.model_specs import PromptFormat
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
 from sage.progress import progress_bar
 

@@ -95,7 +95,7 @@ class _Study:
     def __init__(self, cfg: StudyConfig, lm=None):
         from sage.generation.cache import CachedBackend, GenerationCache
         from sage.generation.hf import TransformersBackend
-        from sage.generation.models import resolve_model
+        from sage.generation.model_specs import resolve_model
         from sage.models.causal_lm import load_causal_lm
 
         self.cfg = cfg
