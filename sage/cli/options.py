@@ -26,7 +26,7 @@ def precision_options(f):
 
 
 def preset_option(*, help_suffix: str = ""):
-    """`--preset NAME` (sage.presets): the preset's values become the defaults of the other options.
+    """`--preset NAME` (sage.cli.presets): the preset's values become the defaults of the other options.
 
     The option is eager, so its callback runs before the other options are read and its values
     land in `ctx.default_map`; click uses an option's value from the command line first, then the
@@ -35,14 +35,14 @@ def preset_option(*, help_suffix: str = ""):
     def callback(ctx: click.Context, param: click.Parameter, value: str | None):
         if value is None:
             return None
-        from sage.presets import PRESETS
+        from sage.cli.presets import PRESETS
 
         preset = PRESETS.get(value)  # unknown name: one line listing the presets, exit 2
         ctx.default_map = {**(ctx.default_map or {}), **preset.values}
         return value
 
     def names() -> str:
-        from sage.presets import PRESETS
+        from sage.cli.presets import PRESETS
 
         return ", ".join(PRESETS.names())
 

@@ -1,4 +1,4 @@
-"""sage.heap on glibc: with the mmap threshold fixed, a large block freed goes back to the OS."""
+"""sage.scoring.malloc_tuning on glibc: with the mmap threshold fixed, a large block freed goes back to the OS."""
 from __future__ import annotations
 
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from sage import heap
+from sage.scoring import malloc_tuning as heap
 
 
 def _rss() -> int:

@@ -1,168 +1,29 @@
-"""Score a responses table: per-question SGE and baselines, per-model means with bootstrap CIs.
-
-    result = sage.score_responses(df)            # or a path
-    result.questions                             # one row per (model, question_id)
-    result.write("runs/demo")                    # questions.csv, summary.json, summary.md
-"""
+"""`score_responses`: a responses table scored in chunks of questions, so memory stays bounded on
+large tables; every question's metrics, the responses and edges streamed to `out_dir`."""
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from sage.data.responses import as_responses, load_responses, write_responses
+from sage.data.responses import as_responses, load_responses
 from sage.errors import SageInputError
-from sage.heap import fix_mmap_threshold, release_free_heap
-from sage.metrics.graph_measures import GraphOptions
 from sage.metrics.question_metrics import (
-    BASELINES,
     COLUMN_EDGE,
-    LABELS,
-    METRIC_ALIASES,
-    QUESTION_METRICS,
     QuestionView,
     column_edge_applies,
-    edge_column,
-    is_column_edge,
 )
-from sage.metrics.semantic_entropy import CLUSTERING_RULES, EQUIVALENCE_RULES
-from sage.metrics.similarity import SIMILARITIES, SimilarityOptions, build_similarity
-from sage.metrics.stats import bootstrap_mean_ci
+from sage.metrics.similarity import build_similarity
 from sage.progress import progress_bar
-from sage.provenance import provenance
+from sage.scoring.config import ScoreConfig
+from sage.scoring.malloc_tuning import fix_mmap_threshold, release_free_heap
+from sage.scoring.summary import ScoreResult, summarize
 
 log = logging.getLogger(__name__)
-
-METRICS = ("sge",) + BASELINES  # the default; every name in QUESTION_METRICS (e.g. "se") can be chosen
-METRIC_LABELS = LABELS
-
-
-@dataclass(frozen=True)
-class ScoreConfig:
-    metrics: tuple[str, ...] = METRICS
-    on: tuple[str, ...] | None = None  # None: answer, plus rot when the table has RoTs
-    sge_edges: tuple[str, ...] = ("cosine",)  # the first names the plain sge_<col> columns
-    similarity: SimilarityOptions = field(default_factory=SimilarityOptions)
-    graph: GraphOptions = field(default_factory=GraphOptions)  # num_sets, eigv, degree, eccentricity, kle
-    se_equivalence: str = "loose"  # semantic entropy: loose or strict (sage.metrics.semantic_entropy)
-    se_clustering: str = "reference"  # reference (get_semantic_ids), first-member, chain
-    skip_invalid: bool = False
-    chunk_questions: int = 100  # questions scored together: memory is bounded by the chunk, not the table
-    n_boot: int = 2000
-    seed: int = 0
-
-    def __post_init__(self):
-        # Aliases name a metric sage already computes (lexsim = rouge_l): one entry, computed once.
-        object.__setattr__(self, "metrics", tuple(dict.fromkeys(METRIC_ALIASES.get(m, m) for m in self.metrics)))
-        for m in self.metrics:
-            QUESTION_METRICS.get(m)  # one-line error naming the choices
-        if self.se_equivalence not in EQUIVALENCE_RULES:
-            raise SageInputError(f"unknown --se-equivalence {self.se_equivalence!r}; choose {' or '.join(EQUIVALENCE_RULES)}")
-        if self.se_clustering not in CLUSTERING_RULES:
-            raise SageInputError(f"unknown --se-clustering {self.se_clustering!r}; choose one of "
-                                 f"{', '.join(CLUSTERING_RULES)}")
-        for e in self.sge_edges:
-            if e not in SIMILARITIES and not is_column_edge(e):
-                raise SageInputError(f"unknown SGE edge similarity {e!r}; choose from "
-                                     f"{', '.join(SIMILARITIES.names())} or column:NAME (a pair-layout file's column)")
-        if not self.metrics:
-            raise SageInputError("no metrics selected; pass at least one of " + ", ".join(METRICS))
-        if self.chunk_questions < 1:
-            raise SageInputError("chunk_questions must be >= 1")
-        if not self.sge_edges:
-            raise SageInputError("no SGE edge similarity selected; pass e.g. --sge-edges cosine")
-        for c in self.on or ():
-            if c not in ("answer", "rot"):
-                raise SageInputError(f"unknown text column {c!r} for --on; choose answer and/or rot")
-        for metric in self.question_metrics():
-            metric.check(self)
-
-    def question_metrics(self):
-        return [QUESTION_METRICS.get(m)() for m in self.metrics]
-
-    def needed_similarities(self) -> list[str]:
-        """Similarities to build (column edges are read from the file, not computed)."""
-        return list(dict.fromkeys(n for m in self.question_metrics() for n in m.similarities(self)
-                                  if not is_column_edge(n)))
-
-    def column_edges(self) -> list[str]:
-        """Column edges some chosen metric reads (SGE and the graph measures use every edge)."""
-        return list(dict.fromkeys(n for m in self.question_metrics() for n in m.similarities(self)
-                                  if is_column_edge(n)))
-
-
-def sge_column(edge: str, primary: str, col: str, part: str = "sge") -> str:
-    return edge_column(edge, primary, col, part)
-
-
-@dataclass
-class ScoreResult:
-    questions: pd.DataFrame
-    summary: dict
-    responses: pd.DataFrame | None = None  # the rows that were scored (canonical columns)
-    edges: pd.DataFrame | None = None  # one row per pair: every similarity, directional NLI/judge values
-
-    def metric_columns(self) -> list[str]:
-        skip = {"model", "question_id", "question", "n"}
-        return [c for c in self.questions.columns if c not in skip]
-
-    def write(self, out_dir: str | Path, table_format: str = "csv") -> Path:
-        """questions, summary.json, summary.md, and responses and edges when held in memory (a run
-        scored with `out_dir` streamed those there already)."""
-        from sage.data.files import write_table
-
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_table(self.questions, out / f"questions.{table_format}")
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
-        (out / "summary.md").write_text(summary_markdown(self.summary))
-        if self.responses is not None:
-            write_responses(self.responses, out / f"responses.{table_format}")
-        if self.edges is not None:
-            write_table(self.edges, out / f"edges.{table_format}")
-        return out
-
-
-def headline_columns(summary: dict) -> list[tuple[str, str]]:
-    """(column, label) pairs for the summary table: per text column, each metric in the chosen order."""
-    cfg = summary["config"]
-    return [pair for col in cfg["on"] for m in cfg["metrics"] for pair in QUESTION_METRICS.get(m)().headline(cfg, col)]
-
-
-def summary_markdown(summary: dict) -> str:
-    cols = headline_columns(summary)
-    lines = [
-        "# SaGE consistency summary",
-        "",
-        "Mean over questions with a 95% bootstrap CI "
-        f"({summary['config']['n_boot']} resamples, seed {summary['config']['seed']}). "
-        f"SGE edges: {', '.join(summary['config']['sge_edges'])}.",
-        "",
-        "| Model | Questions | " + " | ".join(label for _, label in cols) + " |",
-        "|---|---:|" + "---:|" * len(cols),
-    ]
-    for model, m in summary["models"].items():
-        cells = []
-        for c, _ in cols:
-            s = m["metrics"].get(c)
-            cells.append("n/a" if not s or s["n"] == 0 else f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]")
-        lines.append(f"| {model} | {m['n_questions_scored']} | " + " | ".join(cells) + " |")
-    if summary.get("warnings"):
-        lines += [""] + [f"Warning: {w}" for w in summary["warnings"]]
-    lines += ["", "Counts: " + "; ".join(
-        f"{model}: {m['n_rows']} rows, {m['n_questions']} questions, {m['n_undefined']} undefined (fewer than two answers), "
-        f"{m['n_skipped_rows']} rows skipped" for model, m in summary["models"].items()), ""]
-    if summary.get("undefined_questions"):
-        lines += ["Undefined questions (fewer than two answers; excluded from the means): " + ", ".join(
-            f"{u['question_id']} ({u['model']})" for u in summary["undefined_questions"]), ""]
-    lines.append(f"Provenance: sage {summary['provenance']['versions'].get('sage-consistency', '?')}, "
-                 f"git {summary['provenance']['git']}, created {summary['provenance']['created']}.")
-    return "\n".join(lines) + "\n"
 
 
 def score_responses(
@@ -225,7 +86,7 @@ def score_responses(
     question_rows: list[dict] = []
     n_chunks = -(-sum(v > 0 for v in index.valid_rows.values()) // config.chunk_questions)
     bar = progress_bar(total=n_chunks, desc="scoring", enabled=progress, unit="chunk")
-    fix_mmap_threshold()  # memory flat over chunks (sage/heap.py)
+    fix_mmap_threshold()  # memory flat over chunks (sage/scoring/malloc_tuning.py)
     for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
         chunk = canonical_order(chunk.reset_index(drop=True))
         rows, edges = scorer.score(chunk)
@@ -248,7 +109,7 @@ def score_responses(
         order = [index.order[(m, q)] for m, q in zip(questions["model"], questions["question_id"])]
         questions = questions.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
     timings = {**scorer.timings, "total": time.perf_counter() - t_start}
-    summary = _summarize(questions, index, config, on, skipped, source, timings)
+    summary = summarize(questions, index, config, on, skipped, source, timings)
     summary["similarities"] = {n: sim.describe() for n, sim in scorer.similarities.items()}
     summary["warnings"] = [w for sim in scorer.similarities.values() for w in sim.warnings()]
     for w in summary["warnings"]:
@@ -281,7 +142,7 @@ class _ChunkScorer:
 
     def score(self, df: pd.DataFrame) -> tuple[list[dict], pd.DataFrame]:
         """Per-question metric rows and the edge table of one chunk."""
-        from sage.metrics.edge_table import edge_table
+        from sage.scoring.edge_table import edge_table
 
         keys, group_rows = [], []
         for key, rows in df.groupby(["model", "question_id"], sort=False).indices.items():
@@ -362,33 +223,3 @@ def _config_with(config: ScoreConfig | None, overrides: dict) -> ScoreConfig:
     return ScoreConfig(**fields)
 
 
-def _summarize(questions, index, config, on, skipped, source, timings) -> dict:
-    metric_cols = [c for c in questions.columns if c not in ("model", "question_id", "question", "n")]
-    skipped_by_model = index.skipped_per_model
-    models = {}
-    for model, q in questions.groupby("model", sort=False):
-        defined = q["n"] >= 2
-        models[model] = {
-            "n_rows": int(index.rows_per_model.get(model, 0)),
-            "n_questions": int(len(q)),
-            "n_undefined": int((~defined).sum()),
-            "n_questions_scored": int(defined.sum()),
-            "n_skipped_rows": int(skipped_by_model.get(model, 0)),
-            "metrics": {
-                c: bootstrap_mean_ci(q.loc[defined, c].to_numpy(), n_boot=config.n_boot, seed=config.seed).as_dict()
-                for c in metric_cols
-            },
-        }
-    cfg = asdict(config)
-    cfg["on"] = list(on)
-    return {
-        "source": source,
-        "config": cfg,
-        "models": models,
-        "skipped_rows": skipped,
-        "undefined_questions": [
-            {"model": m, "question_id": q} for m, q in questions.loc[questions["n"] < 2, ["model", "question_id"]].itertuples(index=False)
-        ],
-        "timings_seconds": timings,
-        "provenance": provenance(config.seed),
-    }
