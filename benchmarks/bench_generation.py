@@ -38,7 +38,7 @@ def _prompts(n: int):
     import pandas as pd
 
     from sage.data.questions import read_questions
-    from sage.generation.stages import answer_messages
+    from sage.pipeline.stages import answer_messages
 
     from sage.data.download import development_copy
 

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from sage.paraphrase.stage import ParaphraseConfig
+    from sage.pipeline.paraphrase_stage import ParaphraseConfig
     from sage.pipeline import PipelineConfig, generate_paraphrases
     from sage.provenance import provenance
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     for i, (name, (requests, step, rounds, _)) in enumerate(SETTINGS.items()):
         work = args.out / f"work{i}"
         t0 = time.perf_counter()
-        cfg = PipelineConfig(k=args.k, questions=args.questions, out_dir=str(work), cache_path=str(work / "c.sqlite"),
+        cfg = PipelineConfig.flat(k=args.k, questions=args.questions, out_dir=str(work), cache_path=str(work / "c.sqlite"),
                              device="cpu", paraphrase_requests=requests, paraphrase_temperature_step=step,
                              paraphrase_attempts=rounds)
         _, candidates, report = generate_paraphrases(cfg)

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     table = questions.assign(paraphrase_id=0, paraphrase=questions["question"], paraphrase_score=float("nan"))
     frames = []
     for t in temps:
-        cfg = PipelineConfig(model=args.model, temperature=t, samples=args.samples if t > 0 else 2,
+        cfg = PipelineConfig.flat(model=args.model, temperature=t, samples=args.samples if t > 0 else 2,
                              answer_max_new_tokens=args.max_new_tokens, seed=args.seed,
                              out_dir=str(args.out))
         df = generate_answers(table, cfg)

@@ -99,7 +99,7 @@ _PARAPHRASE = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     from sage.pipeline import PipelineConfig, generate_paraphrases
-    table, _, report = generate_paraphrases(PipelineConfig(**json.loads(sys.argv[1])))
+    table, _, report = generate_paraphrases(PipelineConfig.flat(**json.loads(sys.argv[1])))
     print(json.dumps({"rows": table.to_dict(orient="records"), "short": report["short_of_k"]}))
 """)
 

@@ -47,7 +47,7 @@ def _config(tmp_path, name: str, **kw):
     from sage.pipeline import PipelineConfig
 
     kw.setdefault("cache_path", str(tmp_path / f"{name}.sqlite"))
-    return PipelineConfig(answer_max_new_tokens=16, rot_max_new_tokens=12, batch_size=2,
+    return PipelineConfig.flat(answer_max_new_tokens=16, rot_max_new_tokens=12, batch_size=2,
                           out_dir=str(tmp_path / name), **kw)
 
 

@@ -64,7 +64,7 @@ def test_ray_executor_without_ray_says_how_to_install(args, without_ray, tmp_pat
     if args[0] in ("edit", "study"):
         args = args + ["--data", str(shared_data / "countermoral"), "--out", str(tmp_path / "out")]
     else:
-        args = args + (["--out-dir", str(tmp_path / "out")] if args[0] == "generate" else
+        args = args + (["--out", str(tmp_path / "out")] if args[0] == "generate" else
                        ["--out", str(tmp_path / "out")])
     proc = run_sage(*args)
     assert_clean_error(proc, "the ray executor needs Ray", "pip install 'sage-consistency[ray]'")

@@ -283,7 +283,7 @@ def test_a_200_whose_body_is_not_a_completion_is_retried_then_one_line(proxy, tm
     q.write_text("question_id,question\nq1,Is it wrong to lie?\nq2,Should you help a stranger?\n")
     args = ["generate", "answers", "--questions", str(q), "--model", "smollm2-135m", "--backend", "openai",
             "--base-url", proxy.url, "--max-new-tokens", "4", "--max-retries", "0", "--concurrency", "1",
-            "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
+            "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
     proxy.faults = [None, "nonjson"]  # the first answer arrives, the second never does
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 2 and "HTTP 200 with a body that is not JSON" in res.output
@@ -315,7 +315,7 @@ def test_offline_means_no_downloads_and_still_calls_named_endpoints(proxy, tmp_p
     q = tmp_path / "q.csv"
     q.write_text("question_id,question\nq1,Is it wrong to lie?\n")
     proc = run_sage("--offline", "generate", "answers", "--questions", q, "--model", "smollm2-135m", "--backend",
-                    "openai", "--base-url", proxy.url, "--max-new-tokens", "4", "--out-dir", tmp_path / "out",
+                    "openai", "--base-url", proxy.url, "--max-new-tokens", "4", "--out", tmp_path / "out",
                     "--cache", tmp_path / "c.sqlite", "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert proxy.requests == 1
@@ -347,7 +347,7 @@ def test_cli_answers_via_openai_backend(proxy, tmp_path):
     q.write_text("question_id,question\nq1,Is it wrong to lie?\nq2,Should you help a stranger?\n")
     args = ["generate", "answers", "--questions", str(q), "--model", "smollm2-135m", "--backend", "openai",
             "--base-url", proxy.url, "--max-new-tokens", "6", "-s", "2", "-t", "0.8",
-            "--out-dir", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
+            "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     import pandas as pd

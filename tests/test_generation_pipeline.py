@@ -84,7 +84,7 @@ def test_user_paraphrases_and_separate_rot_model(tmp_path):
 def test_sage_generate_stages_chain(tmp_path, questions):
     from sage.cli.main import cli
 
-    common = ["--out-dir", str(tmp_path / "o"), "--cache", str(tmp_path / "c.sqlite"), "--device", "cpu"]
+    common = ["--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c.sqlite"), "--device", "cpu"]
     r = CliRunner().invoke(cli, ["generate", "paraphrases", "--questions", str(questions), "-k", "1",
                                  "--attempts", "1", "--max-new-tokens", "48", *common])
     assert r.exit_code == 0, r.output

@@ -128,7 +128,7 @@ def test_continuous_batching_equals_one_at_a_time_in_fewer_steps(backend):
     text equals one prompt at a time."""
     from sage.data.questions import read_questions
     from sage.generation.hf import TransformersBackend
-    from sage.generation.stages import answer_messages
+    from sage.pipeline.stages import answer_messages
 
     params = SamplingParams(max_new_tokens=24, logprobs=True)
     chat = ["Hi", "Thanks!", "Hey", "Bye", "Good night", "Say OK.", "Hello", "Yo", "What is 2+2?", "Hi there"]
@@ -160,7 +160,7 @@ def test_shared_prompt_prefix_runs_once_with_identical_output(backend):
     from sage.data.questions import read_questions
     from sage.generation.hf import TransformersBackend
     from sage.generation.hf_batching import MIN_SHARED_PREFIX, shared_prefix
-    from sage.generation.stages import answer_messages
+    from sage.pipeline.stages import answer_messages
 
     questions = read_questions()["question"].tolist()[:5]
     opts = dict(device="cpu", batch_size=3)

@@ -21,13 +21,13 @@ from sage.generation.base import (
 from sage.generation.cache import request_key
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import MODELS, PROMPT_FORMATS, resolve_model
-from sage.generation.stages import (
+from sage.pipeline.stages import (
     answer_messages,
     clean_answer,
     clean_rot,
     rot_messages,
 )
-from sage.paraphrase.stage import normalize, paraphrase_messages, parse_candidates
+from sage.pipeline.paraphrase_stage import normalize, paraphrase_messages, parse_candidates
 
 
 def test_paper_models_are_aliases_with_backend_and_format():
@@ -211,7 +211,7 @@ def test_paraphrase_parsing_and_dedup_keys():
 def test_cli_unknown_backend_exits_2_with_one_line(tmp_path):
     from sage.cli.main import cli
 
-    res = CliRunner().invoke(cli, ["generate", "answers", "--backend", "nope", "--out-dir", str(tmp_path)])
+    res = CliRunner().invoke(cli, ["generate", "answers", "--backend", "nope", "--out", str(tmp_path)])
     assert res.exit_code == 2, res.output
     assert res.output.strip().count("\n") == 0 and "unknown generation backend 'nope'" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
@@ -228,3 +228,15 @@ def test_record_store_compacts_a_corrupt_line_left_by_an_older_writer(tmp_path):
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     assert sorted(r["uid"] for r in rows) == ["a", "b", "c"]
     assert {r["uid"]: r["v"] for r in rows} == {"a": 4, "b": 5, "c": 3}
+
+
+def test_the_old_out_dir_spelling_still_works_with_a_warning(tmp_path):
+    """`sage generate ... --out-dir` (the old name of `--out`) is rewritten, with one warning line."""
+    from cli_helpers import run_sage
+
+    proc = run_sage("generate", "answers", "--backend", "nope", "--out-dir", tmp_path / "old")
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: --out-dir is deprecated and will be removed in sage 0.3; use --out"]
+    assert proc.returncode == 2 and "unknown generation backend 'nope'" in proc.stderr  # parsed as --out
+    proc = run_sage("generate", "answers", "--backend", "nope", f"--out-dir={tmp_path / 'old'}")
+    assert "use --out" in proc.stderr and proc.returncode == 2

@@ -9,7 +9,7 @@ import pytest
 from sage.api import GenerationRequest, SamplingParams
 from sage.generation.base import BackendOptions, build_requests
 from sage.generation.model_specs import PROMPT_FORMATS, resolve_model
-from sage.generation.stages import answer_messages
+from sage.pipeline.stages import answer_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.usefixtures("one_torch_thread")]
 

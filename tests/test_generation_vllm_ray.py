@@ -25,7 +25,7 @@ def test_vllm_actors_on_ray_equal_the_single_process_run(ray_cluster, vllm_backe
     table = qs.assign(paraphrase=qs["question"])  # user paraphrases: the answer and RoT stages alone
 
     def config(name, **kw):
-        return PipelineConfig(backend="vllm", answer_max_new_tokens=24, rot_max_new_tokens=16,
+        return PipelineConfig.flat(backend="vllm", answer_max_new_tokens=24, rot_max_new_tokens=16,
                               cache_path=str(tmp_path / f"{name}.sqlite"), out_dir=str(tmp_path / name), **kw)
 
     engines = vllm_engine.running()

@@ -11,7 +11,7 @@ from sage.generation.base import BackendOptions
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model
 from sage.paraphrase.parascore import ParaScorer
-from sage.paraphrase.stage import (
+from sage.pipeline.paraphrase_stage import (
     ParaphraseConfig,
     candidates_table,
     paraphrase_table,

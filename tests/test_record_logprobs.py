@@ -13,12 +13,12 @@ def test_answers_record_sequence_logprob_equal_to_teacher_forcing(bundled_lm, tm
 
     import torch
 
-    from sage.generation.stages import answer_messages
+    from sage.pipeline.stages import answer_messages
     from sage.pipeline import PipelineConfig, generate_answers
 
     para = pd.DataFrame({"question_id": ["q1", "q2"], "question": ["Is lying wrong?", "Should you help?"],
                          "paraphrase_id": [0, 0], "paraphrase": ["Is lying wrong?", "Should you help a stranger?"]})
-    cfg = PipelineConfig(model="smollm2-135m", answer_max_new_tokens=8, record_logprobs=True, device="cpu",
+    cfg = PipelineConfig.flat(model="smollm2-135m", answer_max_new_tokens=8, record_logprobs=True, device="cpu",
                          out_dir=str(tmp_path / "run"), cache_path=str(tmp_path / "c.sqlite"))
     df = generate_answers(para, cfg)
     assert {"answer_logprob", "answer_tokens"} <= set(df.columns)
@@ -42,6 +42,6 @@ def test_answers_record_sequence_logprob_equal_to_teacher_forcing(bundled_lm, tm
         checked += 1
     assert checked >= 1
     # Without the flag nothing changes: same columns as before, no log-probs requested.
-    plain = generate_answers(para, PipelineConfig(model="smollm2-135m", answer_max_new_tokens=8, device="cpu",
+    plain = generate_answers(para, PipelineConfig.flat(model="smollm2-135m", answer_max_new_tokens=8, device="cpu",
                                                   out_dir=str(tmp_path / "run2"), cache_path=str(tmp_path / "c.sqlite")))
     assert "answer_logprob" not in plain.columns and plain["answer"].tolist() == df["answer"].tolist()

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from sage.api import Generation, GenerationRequest, SamplingParams
-from sage.generation.stages import logprob_fields
+from sage.pipeline.stages import logprob_fields
 
 PROMPTS = ["Is it wrong to lie to a friend to spare their feelings?",
            "Should you return a lost wallet that is full of cash?"]

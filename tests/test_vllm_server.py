@@ -17,7 +17,7 @@ import pytest
 
 from sage.api import GenerationRequest, SamplingParams
 from sage.generation.base import BackendOptions
-from sage.generation.stages import answer_messages
+from sage.pipeline.stages import answer_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.server]
 

@@ -15,7 +15,9 @@ from sage.cli.options import (
     progress_option,
     server_options,
 )
+from sage.cli.renamed_options import renamed
 
+RENAMED = renamed({"--out-dir": "--out"})
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
 
 
@@ -35,8 +37,9 @@ def _common(f):
         click.option("--device-map", default=None, help="'auto' spreads a large model over the GPUs (accelerate)."),
         click.option("--cache", "cache_path", default=None, type=click.Path(dir_okay=False),
                      help="Generation cache (default: $SAGE_CACHE_DIR/generations.sqlite)."),
-        click.option("--out-dir", default="sage-run", show_default=True, type=click.Path(file_okay=False)),
-        click.option("--output", default=None, help="Output file name inside --out-dir (.csv, .jsonl, .parquet)."),
+        click.option("--out", "out_dir", default="sage-run", show_default=True, type=click.Path(file_okay=False),
+                     help="Output directory (--out-dir, its old name, works until sage 0.3)."),
+        click.option("--output", default=None, help="Output file name inside --out (.csv, .jsonl, .parquet)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -44,12 +47,13 @@ def _common(f):
 
 
 def _config(common: dict, **fields):
+    """The stage's PipelineConfig from the shared options and the stage's own (flat names)."""
     from sage.pipeline import PipelineConfig
 
     keys = ("base_urls", "seed", "batch_size", "device", "dtype", "device_map", "concurrency", "max_retries", "timeout",
             "tensor_parallel_size", "enforce_eager", "kv_cache_gib", "cache_path", "out_dir")
     executor, options = pop_executor(dict(common))
-    return PipelineConfig(**{k: common[k] for k in keys}, executor=executor, executor_options=options, **fields)
+    return PipelineConfig.flat(**{k: common[k] for k in keys}, executor=executor, executor_options=options, **fields)
 
 
 def _write(df, common: dict, default_name: str) -> None:
@@ -70,7 +74,7 @@ def command() -> None:
     """Run one stage of the generation pipeline: paraphrases, answers or rots."""
 
 
-@command.command("paraphrases")
+@command.command("paraphrases", cls=RENAMED)
 @click.option("--questions", default=None,
               help="Questions file with question_id,question, or a question set from `sage data list` "
                    "(default: the built-in demo set).")
@@ -112,7 +116,7 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
     _write(table, common, "paraphrases.csv")
 
 
-@command.command("answers")
+@command.command("answers", cls=RENAMED)
 @click.option("--paraphrases", "paraphrases_file", type=click.Path(dir_okay=False), default=None,
               help="Paraphrase table (question_id, question, paraphrase_id, paraphrase[, paraphrase_score]).")
 @click.option("--questions", default=None,
@@ -142,7 +146,7 @@ def answers_cmd(paraphrases_file, questions, model, samples, temperature, logpro
     _write(generate_answers(table, cfg), common, "answers.csv")
 
 
-@command.command("rots")
+@command.command("rots", cls=RENAMED)
 @click.option("--answers", "answers_file", required=True, type=click.Path(dir_okay=False),
               help="Answers table from `sage generate answers`.")
 @click.option("--model", default="smollm2-135m", show_default=True, help="Rule-of-Thumb writer.")

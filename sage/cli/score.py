@@ -48,24 +48,37 @@ def _print_summary(summary: dict) -> None:
     Console().print(table)
 
 
-def _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser, rot_model,
-              min_parascore, max_new_tokens, seed, device, dtype, device_map, out, record_logprobs=False,
-              executor="local", executor_opts=None, backend_opts=None):
-    """Run paraphrase -> answer -> RoT for `model`; returns the responses table."""
-    from sage.data.questions import questions_path
-    from sage.pipeline import PipelineConfig, run_pipeline
+def _score_config(options: dict):
+    """The ScoreConfig from the command's options (removing the ones it reads)."""
+    from sage.metrics.similarity import SimilarityOptions
+    from sage.scoring import ScoreConfig
 
-    questions = str(questions_path(questions)) if questions else None
-    options = dict(model=model, questions=questions, k=paraphrases, samples=samples,
-                   temperature=temperature, backend=backend, base_urls=tuple(base_urls), paraphraser=paraphraser,
-                   rot_model=rot_model, seed=seed, device=device, dtype=dtype, device_map=device_map,
-                   out_dir=str(out), answer_max_new_tokens=max_new_tokens, record_logprobs=record_logprobs,
-                   executor=executor, **(backend_opts or {}))
-    if executor_opts is not None:
-        options["executor_options"] = executor_opts
-    if min_parascore is not None:
-        options["min_parascore"] = min_parascore
-    return run_pipeline(PipelineConfig(**options))
+    sim = {k: options.pop(k) for k in ("embedder", "bertscore_model", "bertscore_layers", "encoder_backend",
+                                        "nli_model", "nli_edge", "nli_batch_size", "nli_question", "judge_model",
+                                        "judge_backend")}
+    sim.update(device=options["device"], judge_base_urls=tuple(options.pop("judge_base_urls")),
+               cache_path=options.pop("judge_cache"))
+    return ScoreConfig(
+        metrics=csv_list(options.pop("metrics")), on=csv_list(options.pop("on")),
+        sge_edges=csv_list(options.pop("sge_edges")), similarity=SimilarityOptions(**sim),
+        skip_invalid=options.pop("skip_invalid"), n_boot=options.pop("n_boot"), seed=options["seed"],
+        **pop_measures(options))
+
+
+def _pipeline_config(model: str, out: Path, options: dict):
+    """The PipelineConfig of `sage score --model` from the command's options (removing them)."""
+    from sage.data.questions import questions_path
+    from sage.pipeline import PipelineConfig
+
+    executor, executor_opts = pop_executor(options)
+    questions = options.pop("questions")
+    flat = {k: options.pop(k) for k in ("samples", "temperature", "backend", "paraphraser", "rot_model",
+                                         "min_parascore", "record_logprobs", "concurrency", "max_retries",
+                                         "timeout", "dtype", "device_map")}
+    flat.update(pop_engine(options), k=options.pop("paraphrases"), answer_max_new_tokens=options.pop("max_new_tokens"),
+                base_urls=tuple(options.pop("base_urls")), seed=options["seed"], device=options["device"])
+    return PipelineConfig.flat(model=model, questions=str(questions_path(questions)) if questions else None,
+                               out_dir=str(out), executor=executor, executor_options=executor_opts, **flat)
 
 
 @click.command("score")
@@ -139,62 +152,32 @@ def _generate(model, questions, paraphrases, samples, temperature, backend, base
 @preset_option()
 @executor_options
 @measure_options
-def command(preset, responses, model, questions, paraphrases, samples, temperature, backend, base_urls, concurrency,
-            max_retries, timeout, paraphraser,
-            rot_model, min_parascore, max_new_tokens, record_logprobs, embedder, metrics, on, sge_edges, nli_model,
-            nli_edge, nli_question, nli_batch_size, judge_model, judge_backend, judge_base_urls, judge_cache, encoder_backend, bertscore_model,
-            bertscore_layers, model_name, skip_invalid, out, seed, n_boot, device, dtype, device_map, table_format,
-            no_progress, **option_groups):
+def command(responses, model, out, table_format, no_progress, **options):
     """Score consistency: generate with --model (default smollm2-135m), or score a --responses table.
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
     """
-    import dataclasses
     import re
 
     from sage.errors import SageInputError
-    from sage.metrics.similarity import SimilarityOptions
-    from sage.scoring import ScoreConfig, score_responses
+    from sage.pipeline import generate_and_score
+    from sage.scoring import score_responses
 
-    executor, executor_opts = pop_executor(option_groups)
-    measures = pop_measures(option_groups)
-    engine = pop_engine(option_groups)
-    config = ScoreConfig(
-        metrics=csv_list(metrics), on=csv_list(on), sge_edges=csv_list(sge_edges),
-        similarity=SimilarityOptions(embedder=embedder, bertscore_model=bertscore_model,
-                                     bertscore_layers=bertscore_layers, device=device, encoder_backend=encoder_backend,
-                                     nli_model=nli_model,
-                                     nli_edge=nli_edge, nli_batch_size=nli_batch_size, nli_question=nli_question,
-                                     judge_model=judge_model,
-                                     judge_backend=judge_backend, judge_base_urls=tuple(judge_base_urls),
-                                     cache_path=judge_cache),
-        skip_invalid=skip_invalid, n_boot=n_boot, seed=seed, **measures,
-    )
+    options.pop("preset")  # applied by its callback as the other options' defaults
     if responses is not None and model is not None:
         raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")
-    if responses is not None:
-        df, labels = responses, {"model_name": model_name, "default_model": responses.stem}  # read in chunks
-        source = str(responses)
-        out = out or Path("runs") / responses.stem
-    else:
+    config = _score_config(options)
+    if responses is None:
         model = model or "smollm2-135m"
         out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
-        df = _generate(model, questions, paraphrases, samples, temperature, backend, base_urls, paraphraser,
-                       rot_model, min_parascore, max_new_tokens, seed, device, dtype, device_map, out,
-                       record_logprobs, executor, executor_opts,
-                       {"concurrency": concurrency, "max_retries": max_retries, "timeout": timeout, **engine})
-        labels = {}
-        source = str(out / "responses.csv")
-        # What the model generated is never "bad input": a question left with fewer than two
-        # answers (no paraphrase accepted, an empty answer) is reported as undefined and counted.
-        config = dataclasses.replace(config, skip_invalid=True)
-    result = score_responses(df, config, source=source, progress=not no_progress, out_dir=out,
-                             table_format=table_format, **labels)
-    if responses is None:
-        from sage.pipeline import add_paraphrase_report
-
-        add_paraphrase_report(result.summary, df)
-    result.write(out, table_format)
+        result = generate_and_score(_pipeline_config(model, out, options), config, progress=not no_progress,
+                                    table_format=table_format)
+    else:
+        out = out or Path("runs") / responses.stem
+        result = score_responses(responses, config, source=str(responses), progress=not no_progress, out_dir=out,
+                                 table_format=table_format, model_name=options["model_name"],
+                                 default_model=responses.stem)  # read in chunks
+        result.write(out, table_format)
     _print_summary(result.summary)
     for w in result.summary.get("warnings", []):
         click.echo(f"warning: {w}", err=True)

@@ -15,9 +15,7 @@ system or the same Hugging Face cache), exactly as for a local run.
 """
 from __future__ import annotations
 
-import functools
 import logging
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from sage.api import GenerationBackend, GenerationRequest, SamplingParams
+from sage.api import GenerationRequest, SamplingParams
 from sage.errors import SageInputError
 from sage.registry import Registry
 

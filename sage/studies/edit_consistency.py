@@ -114,7 +114,7 @@ class _Study:
     # ------------------------------------------------------------------ open questions
     def open_paraphrases(self) -> dict[str, list[str]]:
         from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
-        from sage.paraphrase.stage import (
+        from sage.pipeline.paraphrase_stage import (
             ParaphraseConfig,
             paraphrase_table,
             run_paraphrase_stage,

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from sage.api import GenerationBackend, SamplingParams
 from sage.editing.dataset import EditRequest
 from sage.generation.base import build_requests
-from sage.generation.stages import (
+from sage.pipeline.stages import (
     ANSWER_INSTRUCTION,
     clean_answer,
     clean_rot,
