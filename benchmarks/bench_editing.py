@@ -56,10 +56,10 @@ class PeakRSS:
 
 def main(argv=None) -> int:
     from sage.editing.base import EDITORS, make_editor
-    from sage.editing.dataset import default_data_dir, load_countermoral
+    from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
     from sage.editing.entry_measures import entry_metrics, observe
     from sage.editing.runner import editing_context
-    from sage.editing.scorer import LMScorer
+    from sage.editing.target_scoring import LMScorer
     from sage.models.causal_lm import load_causal_lm
 
     ap = argparse.ArgumentParser()
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                    resource.RUSAGE_SELF).ru_maxrss / 1024}
         if name in args.batch_methods and editor.supports_batch:
             reqs = []
-            for fw in ("care_ethics", "deontology", "utilitarianism", "virtue_ethics"):
+            for fw in FRAMEWORKS:
                 reqs += load_countermoral(data, fw, "broad")
             reqs = reqs[: args.batch_size]
             base = LMScorer(lm.model, lm.tokenizer)

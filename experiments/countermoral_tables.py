@@ -42,7 +42,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from sage.editing.dataset import FRAMEWORKS, default_data_dir
-    from sage.editing.runner import RunConfig, run, run_dir
+    from sage.editing.runner import RunConfig, run_dir, summarize
+    from sage.editing.sweep import run_sweep
     from sage.editing.tables import write_tables
     from sage.errors import SageInputError
     from sage.models.causal_lm import load_causal_lm
@@ -52,13 +53,14 @@ def main(argv=None) -> int:
     jobs = [(m, False) for m in _names(args.methods)] + [(m, True) for m in _names(args.batch_methods)]
     args.out.mkdir(parents=True, exist_ok=True)
     try:
-        lm = None if args.summarize_only else load_causal_lm(args.model)
+        if not args.summarize_only:
+            load_causal_lm(args.model)  # loaded once per process: the sweep's local worker reuses it
         for method, batch in jobs:
             cfg = RunConfig(method=method, frameworks=FRAMEWORKS, subset=args.subset, model=args.model,
                             out=args.out, data=str(data), limit=args.limit, batch=batch, seed=args.seed)
             if args.summarize_only and not (run_dir(cfg) / "entries.jsonl").exists():
                 continue  # never started: no summary claiming "0 of N"
-            s = run(cfg, lm=lm, edit=not args.summarize_only)
+            s = summarize(cfg) if args.summarize_only else run_sweep([cfg])[0]
             logging.info("%s%s: %d of %d entries, reliability %.3f", method, " (batch)" if batch else "",
                          s["n_entries"], s["n_expected"],
                          s["overall"].get("reliability", {}).get("mean", float("nan")))

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
     from sage.editing.entry_measures import aggregate, entry_metrics, observe
     from sage.editing.rome import RomeHParams
-    from sage.editing.scorer import LMScorer
+    from sage.editing.target_scoring import LMScorer
     from sage.errors import SageInputError
     from sage.metrics.stats import bootstrap_mean_ci
     from sage.models.causal_lm import load_causal_lm

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+
+from sage.errors import SageInputError
 
 TRACKED_PACKAGES = (
     "sage-consistency", "torch", "transformers", "sentence-transformers", "bert-score", "rouge-score",
@@ -71,9 +74,7 @@ def check_resume_settings(run_dir: Path, settings: dict, legacy: Path | None = N
     (`name`) on the first run, and refuse a rerun whose settings differ, so results made under
     different settings are never mixed. `legacy`: a JSON file of older runs that holds the same
     keys (read when `name` is absent)."""
-    import json
 
-    from sage.errors import SageInputError
 
     path = Path(run_dir) / name
     current = json.loads(json.dumps(settings, default=str))  # tuples -> lists, as stored

@@ -115,6 +115,15 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(scope="module")
+def ray_cluster():
+    """A local two-CPU Ray cluster for one test module (the ray extra)."""
+    ray = pytest.importorskip("ray", reason="the ray extra: pip install 'sage-consistency[ray]'")
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
 def one_torch_thread():
     """One intra-op torch thread for modules running the small bundled LM.
 

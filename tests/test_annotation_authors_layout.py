@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from cli_helpers import assert_clean_error, run_sage
+from fixtures_cli import assert_clean_error, run_sage
 
 ANNOTATORS = ("ann1", "ann2", "ann3")
 N_CHANGED = 4

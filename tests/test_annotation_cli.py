@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_helpers import assert_clean_error, run_sage
+from fixtures_cli import assert_clean_error, run_sage
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_helpers import assert_clean_error, run_sage
+from fixtures_cli import assert_clean_error, run_sage
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "responses_demo.csv"
@@ -154,6 +154,19 @@ def test_no_progress_hides_every_bar(tmp_path):
     proc = run_sage("score", "--responses", DEMO, "--metrics", "sge,cosine", "--out", tmp_path / "o", "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert "it/s" not in proc.stderr and "%|" not in proc.stderr and "Loading weights" not in proc.stderr
+
+
+def test_a_command_prints_results_bars_and_warnings_and_info_lines_only_with_v(tmp_path):
+    """Issue 31: by default no INFO lines and no model-loading bars, but sage's own bar; -v adds both."""
+    proc = run_sage("score", "--responses", DEMO, "--metrics", "sge,cosine", "--out", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert "scoring:" in proc.stderr  # sage's progress bar
+    assert not [ln for ln in proc.stderr.splitlines() if ln.startswith(("INFO", "WARNING bitsandbytes"))]
+    assert "Loading weights" not in proc.stderr
+    verbose = run_sage("-v", "score", "--responses", DEMO, "--metrics", "sge,cosine", "--out", tmp_path / "v")
+    assert verbose.returncode == 0, verbose.stderr
+    assert any(ln.startswith("INFO sage.") for ln in verbose.stderr.splitlines())
+    assert "Loading weights" in verbose.stderr
 
 
 def test_bad_input_leaves_no_output_folder_behind(tmp_path, countermoral_dir):

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from cli_helpers import assert_clean_error, run_sage
-from loopback_http import GitHubRawMirror
+from fixtures_cli import assert_clean_error, run_sage
+from fixtures_loopback_http import GitHubRawMirror
 
 pytestmark = pytest.mark.server
 
@@ -23,7 +23,7 @@ def _url_path(ds, f) -> str:
 def _shared_copies(shared: Path):
     """(dataset, file, local copy) for every registry file the reference-data folder holds;
     its layout is the registry's (`<dataset>/<dest>`)."""
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     for name in DATASETS.names():
         ds = DATASETS.get(name)
@@ -63,7 +63,7 @@ def test_pinned_checksums_equal_the_reference_copies(shared_data):
 
 
 def test_registry_is_pinned_and_question_sets_name_registered_files():
-    from sage.data.registry import DATASETS, QUESTION_SETS
+    from sage.data.catalog import DATASETS, QUESTION_SETS
 
     for name in DATASETS.names():
         ds = DATASETS.get(name)
@@ -77,7 +77,7 @@ def test_registry_is_pinned_and_question_sets_name_registered_files():
 
 
 def test_download_verifies_writes_atomically_and_is_idempotent(mirror, tmp_path):
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     env = data_env(mirror, tmp_path)
     proc = run_sage("data", "download", "countermoral", "--no-progress", env=env)
@@ -118,7 +118,7 @@ def test_download_to_a_chosen_directory_feeds_edit_data(mirror, tmp_path):
 
 
 def test_interrupted_transfer_resumes_with_range_in_the_same_run(mirror, tmp_path):
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     ds = DATASETS.get("countermoral")
     f = ds.file("deontology/entries.json")
@@ -132,7 +132,7 @@ def test_interrupted_transfer_resumes_with_range_in_the_same_run(mirror, tmp_pat
 
 
 def test_partial_file_from_a_killed_run_is_resumed(mirror, shared_data, tmp_path):
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     ds = DATASETS.get("countermoral")
     f = ds.file("virtue_ethics/entries.json")
@@ -147,7 +147,7 @@ def test_partial_file_from_a_killed_run_is_resumed(mirror, shared_data, tmp_path
 
 
 def test_server_ignoring_range_restarts_the_file_from_zero(mirror, shared_data, tmp_path):
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     ds = DATASETS.get("countermoral")
     f = ds.file("care_ethics/entries-broad.json")
@@ -162,7 +162,7 @@ def test_server_ignoring_range_restarts_the_file_from_zero(mirror, shared_data, 
 
 
 def test_altered_file_fails_in_one_line_and_keeps_verified_files(mirror, shared_data, tmp_path):
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     ds = DATASETS.get("countermoral")
     bad = ds.file("deontology/entries-broad.json")
@@ -198,7 +198,7 @@ def test_offline_download_is_one_line_and_never_connects(mirror, tmp_path, how):
 
 
 def test_unreachable_mirror_and_missing_file_are_one_line(mirror, tmp_path):
-    from sage.data.registry import DATASETS
+    from sage.data.catalog import DATASETS
 
     ds = DATASETS.get("sage-quality100")  # the reference folder has 3 of its 9 files: the rest are 404 here
     proc = run_sage("data", "download", "sage-quality100", "--no-progress", env=data_env(mirror, tmp_path))
@@ -252,7 +252,7 @@ def test_data_download_then_edit_without_shared_folder(mirror, tmp_path, bundled
     proc = run_sage("data", "download", "countermoral", "--no-progress", env=env, cwd=work)
     assert proc.returncode == 0, proc.stderr
     hp = tmp_path / "rome.json"
-    hp.write_text(json.dumps({"covariance": "identity", "v_steps": 10}))  # no key statistics: seconds
+    hp.write_text(json.dumps({"rome": {"covariance": "identity", "v_steps": 10}}))  # no key statistics: seconds
     out = tmp_path / "edit"
     proc = run_sage("edit", "--method", "rome", "--limit", "1", "--framework", "deontology", "--model",
                     bundled_lm.path, "--hparams", hp, "--out", out, "--device", "cpu", env=env, cwd=work)

@@ -1,5 +1,5 @@
 """`sage edit` end to end on the bundled model: JSON lines as it goes, rerun skips finished entries,
-summary with provenance, Markdown tables with the published GPT2-XL column, --batch."""
+summary with provenance, Markdown tables with the published GPT2-XL column, NAME:batch."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     from sage.cli.main import cli
 
     hp = tmp_path / "ft.json"
-    hp.write_text(json.dumps({"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}))
+    hp.write_text(json.dumps({"ft-l": {"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}}))
     out = tmp_path / "out"
     args = ["edit", "--method", "ft-l", "--framework", "deontology", "--subset", "broad", "--limit", "2",
             "--data", str(countermoral_dir), "--out", str(out), "--hparams", str(hp)]
@@ -49,13 +49,13 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     assert both["frameworks"]["deontology"]["reliability"] == summary["frameworks"]["deontology"]["reliability"]
     lines = (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines()
 
-    hp.write_text(json.dumps({"steps": 6, "lr": 2e-2, "norm_constraint": 2e-2}))
+    hp.write_text(json.dumps({"ft-l": {"steps": 6, "lr": 2e-2, "norm_constraint": 2e-2}}))
     changed = CliRunner().invoke(cli, args)  # other settings into the same directory: refused
     assert changed.exit_code == 2 and "hparams.steps 5 -> 6" in changed.output
     assert (out / "ft-l" / "broad" / "entries.jsonl").read_text().splitlines() == lines
-    hp.write_text(json.dumps({"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}))
+    hp.write_text(json.dumps({"ft-l": {"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}}))
 
-    batch = CliRunner().invoke(cli, args + ["--batch"])
+    batch = CliRunner().invoke(cli, [a if a != "ft-l" else "ft-l:batch" for a in args])
     assert batch.exit_code == 0, batch.output
     brows = [json.loads(x) for x in (out / "ft-l" / "broad-batch" / "entries.jsonl").read_text().splitlines()]
     assert len(brows) == 2 and all(r["batch_size"] == 2 for r in brows)
@@ -65,8 +65,8 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
 def test_batch_refused_for_single_edit_methods(bundled_lm, countermoral_dir, tmp_path):
     from sage.cli.main import cli
 
-    res = CliRunner().invoke(cli, ["edit", "--method", "rome", "--framework", "deontology",
-                                   "--limit", "1", "--batch", "--data", str(countermoral_dir),
+    res = CliRunner().invoke(cli, ["edit", "--method", "rome:batch", "--framework", "deontology",
+                                   "--limit", "1", "--data", str(countermoral_dir),
                                    "--out", str(tmp_path)])
     assert res.exit_code == 2 and "does not batch" in res.output
 
@@ -77,7 +77,7 @@ def test_edit_command_keeps_the_editors_diagnostics_in_the_summary(bundled_lm, c
     from sage.cli.main import cli
 
     hp = tmp_path / "serac.json"
-    hp.write_text(json.dumps({"cls_epochs": 1, "cls_max_pairs": 300, "cf_steps": 10, "cf_layers": 2}))
+    hp.write_text(json.dumps({"serac": {"cls_epochs": 1, "cls_max_pairs": 300, "cf_steps": 10, "cf_layers": 2}}))
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["edit", "--method", "serac", "--framework", "deontology", "--limit", "1",
                                    "--data", str(countermoral_dir), "--out", str(out), "--hparams", str(hp)])

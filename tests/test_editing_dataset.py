@@ -186,7 +186,7 @@ def test_edit_checks_the_files_a_method_reads_before_any_model_loads(countermora
     import os
     import shutil
 
-    from cli_helpers import assert_clean_error, run_sage
+    from fixtures_cli import assert_clean_error, run_sage
 
     data = tmp_path / "cm"
     shutil.copytree(countermoral_dir / "care_ethics", data / "care_ethics")

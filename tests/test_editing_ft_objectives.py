@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sage.editing.scorer import prompt_last_nll, target_nll
+from sage.editing.target_scoring import prompt_last_nll, target_nll
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

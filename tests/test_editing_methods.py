@@ -12,7 +12,7 @@ from sage.editing.dataset import load_countermoral
 from sage.editing.entry_measures import observe
 from sage.editing.handles import state_hashes
 from sage.editing.runner import evaluate
-from sage.editing.scorer import LMScorer
+from sage.editing.target_scoring import LMScorer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from editing_helpers import assert_suffix_rows_match_full_forward
+from fixtures_editing import assert_suffix_rows_match_full_forward
 
 from sage.editing.base import make_editor
 from sage.editing.handles import state_hashes

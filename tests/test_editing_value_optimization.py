@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from editing_helpers import assert_suffix_rows_match_full_forward
+from fixtures_editing import assert_suffix_rows_match_full_forward
 
 from sage.editing.capture import context_templates, subject_activations, subject_keys
 from sage.editing.dataset import load_countermoral

@@ -8,7 +8,7 @@ from sage.editing.base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
 from sage.editing.entry_measures import observe
 from sage.editing.handles import state_hashes
-from sage.editing.scorer import LMScorer
+from sage.editing.target_scoring import LMScorer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

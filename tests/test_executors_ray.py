@@ -19,14 +19,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 EDIT_HPARAMS = {"ft-m": {"steps": 5, "lr": 2e-2, "norm_constraint": 2e-2}, "ike": {"k": 3}}
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray", reason="the ray extra: pip install 'sage-consistency[ray]'")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.fixture()
 def executor(ray_cluster, bundled_lm):
     from sage.executors import ExecutorOptions, make_executor
@@ -139,11 +131,11 @@ def _comparable(row: dict) -> dict:
 
 def test_editing_sweep_on_ray_equals_sequential_even_with_a_lost_worker(executor, ray_cluster, countermoral_dir,
                                                                         tmp_path, monkeypatch):
-    from sage.editing.runner import run, run_dir
-    from sage.editing.sharded import run_sweep
+    from sage.editing.runner import run_dir
+    from sage.editing.sweep import run_sweep
     from sage.provenance import git_revision
 
-    sequential = {cfg.method: run(cfg) for cfg in _edit_configs(countermoral_dir, tmp_path / "seq")}
+    sequential = {cfg.method: run_sweep([cfg])[0] for cfg in _edit_configs(countermoral_dir, tmp_path / "seq")}
     record: dict = {}
     _kill_one_worker_after_first_write(monkeypatch, executor, ray_cluster, record)
     cfgs = _edit_configs(countermoral_dir, tmp_path / "ray")

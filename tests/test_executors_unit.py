@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from cli_helpers import assert_clean_error, run_sage
+from fixtures_cli import assert_clean_error, run_sage
 
 from sage.errors import SageInputError
 from sage.executors import EXECUTORS, ExecutorOptions, make_executor

@@ -11,13 +11,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
 from sage.generation.base import BackendError, BackendOptions
+from tests.fixtures_loopback_http import wait_until_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -47,14 +47,7 @@ def llama_server(tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    while True:  # until it answers or exits; pytest-timeout guards against a hang
-        try:
-            urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
-            break
-        except Exception:
-            if proc.poll() is not None:
-                pytest.fail(f"llama.cpp server exited with {proc.returncode} (see {log.name})")
-            time.sleep(0.5)  # polling a starting server
+    wait_until_serving(f"{url}/v1/models", proc, "llama.cpp server", log.name)
     yield url
     proc.terminate()
     try:
@@ -295,7 +288,7 @@ def test_a_200_whose_body_is_not_a_completion_is_retried_then_one_line(proxy, tm
 def test_score_takes_the_server_options_of_generate(proxy, tmp_path):
     """Issue 29, item 6: `sage score --model ... --base-url` has --timeout and --max-retries (one
     definition with `sage generate`), so a hanging server fails after them, in one line."""
-    from cli_helpers import assert_clean_error, run_sage
+    from fixtures_cli import assert_clean_error, run_sage
 
     proxy.faults = ["hang"] * 4
     q = tmp_path / "q.csv"
@@ -309,7 +302,7 @@ def test_score_takes_the_server_options_of_generate(proxy, tmp_path):
 def test_offline_means_no_downloads_and_still_calls_named_endpoints(proxy, tmp_path):
     """Issue 29: --offline downloads nothing; an endpoint the user names with --base-url is what they
     asked for, so it is still called (README and --help say so)."""
-    from cli_helpers import run_sage
+    from fixtures_cli import run_sage
 
     assert "--base-url are still called" in " ".join(run_sage("--help").stdout.split())
     q = tmp_path / "q.csv"
@@ -378,7 +371,7 @@ def test_judge_p_yes_from_server_top_logprobs_equals_llamacpp_logits(llama_serve
     the first position's top_logprobs equals a softmax over the two tokens' logits that llama.cpp
     computes in process for the same prompt."""
     import numpy as np
-    from judge_helpers import ANSWERS, QUESTION, llamacpp_direct_p_yes
+    from fixtures_judge import ANSWERS, QUESTION, llamacpp_direct_p_yes
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
@@ -403,7 +396,7 @@ def test_judge_p_yes_from_server_top_logprobs_equals_llamacpp_logits(llama_serve
 
 def test_judge_without_logprobs_falls_back_to_the_greedy_answer_with_a_warning(proxy, tmp_path):
     import pandas as pd
-    from judge_helpers import ANSWERS, QUESTION
+    from fixtures_judge import ANSWERS, QUESTION
 
     from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import score_responses

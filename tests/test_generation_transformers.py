@@ -9,8 +9,8 @@ import pytest
 
 from sage.api import GenerationRequest, SamplingParams
 from sage.generation.base import BackendOptions
-from sage.generation.factory import make_backend
 from sage.generation.cache import CachedBackend, GenerationCache
+from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

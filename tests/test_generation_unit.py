@@ -21,13 +21,17 @@ from sage.generation.base import (
 from sage.generation.cache import request_key
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import MODELS, PROMPT_FORMATS, resolve_model
+from sage.pipeline.paraphrase_stage import (
+    normalize,
+    paraphrase_messages,
+    parse_candidates,
+)
 from sage.pipeline.stages import (
     answer_messages,
     clean_answer,
     clean_rot,
     rot_messages,
 )
-from sage.pipeline.paraphrase_stage import normalize, paraphrase_messages, parse_candidates
 
 
 def test_paper_models_are_aliases_with_backend_and_format():
@@ -232,7 +236,7 @@ def test_record_store_compacts_a_corrupt_line_left_by_an_older_writer(tmp_path):
 
 def test_the_old_out_dir_spelling_still_works_with_a_warning(tmp_path):
     """`sage generate ... --out-dir` (the old name of `--out`) is rewritten, with one warning line."""
-    from cli_helpers import run_sage
+    from fixtures_cli import run_sage
 
     proc = run_sage("generate", "answers", "--backend", "nope", "--out-dir", tmp_path / "old")
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]

@@ -76,7 +76,7 @@ def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(vllm_backe
 
 def test_judge_p_yes_matches_transformers(vllm_backend, bundled_lm):
     """P(yes) from vLLM's top-20 candidate list equals the transformers model's own two-token softmax."""
-    from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes
+    from fixtures_judge import ANSWERS, QUESTION, hf_direct_p_yes
 
     from sage.metrics.judge import judge_messages, p_yes_from_logprobs
 

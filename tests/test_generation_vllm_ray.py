@@ -7,14 +7,6 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray", reason="the ray extra: pip install 'sage-consistency[ray]'")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_vllm_actors_on_ray_equal_the_single_process_run(ray_cluster, vllm_backend, tmp_path):
     from sage.data.questions import read_questions
     from sage.executors import ExecutorOptions, make_executor

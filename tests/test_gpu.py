@@ -37,7 +37,7 @@ def test_vllm_on_cuda_generates_batched_as_alone_and_seeds_samples(cuda_vllm):
 
 
 def test_vllm_judge_on_cuda_is_close_to_the_float32_reference(cuda_vllm, bundled_lm):
-    from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes
+    from fixtures_judge import ANSWERS, QUESTION, hf_direct_p_yes
 
     from sage.generation.base import build_requests
     from sage.generation.model_specs import resolve_model

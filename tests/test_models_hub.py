@@ -2,7 +2,7 @@
 
 huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE when it is imported, so every download runs
 `python -m sage ...` (or `python -c`) in a subprocess with the environment set: HF_ENDPOINT at
-the loopback hub (tests/loopback_http.py), a temporary HF_HOME, and CI's offline flags cleared.
+the loopback hub (tests/fixtures_loopback_http.py), a temporary HF_HOME, and CI's offline flags cleared.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import REPO, assert_clean_error, run_sage
-from loopback_http import FakeHub, HubRepo, read_dir
+from fixtures_cli import REPO, assert_clean_error, run_sage
+from fixtures_loopback_http import FakeHub, HubRepo, read_dir
 
 pytestmark = pytest.mark.server
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -142,13 +143,13 @@ def _ci(values: np.ndarray) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- correlation
-def read_questions(path):
+def read_question_scores(path):
     """questions.csv of a run: ids as strings, metric columns numeric (blank cells = undefined = NaN)."""
     import pandas as pd
 
-    from sage.annotation.importer import read_table
+    from sage.annotation.importer import read_label_table
 
-    q = read_table(path)
+    q = read_label_table(path)
     for col in ("model", "question_id"):
         if col not in q.columns:
             raise SageInputError(f"{path}: missing column {col!r}; pass the questions.csv written by 'sage score'")
@@ -337,10 +338,26 @@ def undefined_reasons(joined, cols, definition: str) -> list[str]:
     return out
 
 
-def run_correlation(labels, pair_meta, questions, definition="entail", aggregate="mean", kind="answer",
-                    metrics=None, methods=METHODS, n_boot=1000, seed=0, min_pairs=1, comparisons=None,
-                    primary="spearman"):
+@dataclass(frozen=True)
+class CorrelationSettings:
+    """What decides `sage correlate`'s numbers (each is written into correlation.json)."""
+
+    definition: str = "entail"  # what makes a labelled pair consistent (sage.annotation.labels)
+    aggregate: str = "mean"  # several annotators' labels of one pair: mean or majority
+    kind: str = "answer"  # answer or rot pairs
+    metrics: tuple[str, ...] | None = None  # questions.csv columns; None: SGE and the baselines
+    methods: tuple[str, ...] = METHODS
+    n_boot: int = 1000
+    seed: int = 0
+    min_pairs: int = 1  # questions with fewer labelled pairs are left out (and counted)
+    comparisons: tuple[tuple[str, str], ...] | None = None  # paired tests; None: SGE against each baseline
+    primary: str = "spearman"  # the coefficient of the paired tests, validity and ranking
+
+
+def run_correlation(labels, pair_meta, questions, settings: CorrelationSettings = CorrelationSettings()):
     """Everything `sage correlate` writes: human per question, correlations, paired tests, counts."""
+    definition, aggregate, kind = settings.definition, settings.aggregate, settings.kind
+    n_boot, seed, min_pairs, methods = settings.n_boot, settings.seed, settings.min_pairs, settings.methods
     human = human_consistency(labels, pair_meta, definition, aggregate, kind)
     below = human["n_pairs"] < min_pairs
     human_used = human[~below]
@@ -349,10 +366,10 @@ def run_correlation(labels, pair_meta, questions, definition="entail", aggregate
     joined, counts = join_questions(human_used, questions)
     counts["questions_below_min_pairs"] = int(below.sum())
     counts["labelled_pairs_left_out"] = human.attrs.get("left_out_pairs", 0)
-    cols = list(metrics) if metrics else metric_columns(questions)
+    cols = list(settings.metrics) if settings.metrics else metric_columns(questions)
     recs, _ = correlate(joined, cols, tuple(methods), n_boot, seed)
-    comps = default_comparisons(cols) if comparisons is None else comparisons
-    diffs = [paired_difference(joined, a, b, primary, n_boot, seed) for a, b in comps] if n_boot else []
+    comps = default_comparisons(cols) if settings.comparisons is None else settings.comparisons
+    diffs = [paired_difference(joined, a, b, settings.primary, n_boot, seed) for a, b in comps] if n_boot else []
     return {
         "definition": definition, "aggregate": aggregate, "kind": kind, "methods": list(methods),
         "metrics": cols, "n_boot": n_boot, "seed": seed, "min_pairs": min_pairs, "counts": counts,

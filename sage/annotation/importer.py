@@ -103,7 +103,7 @@ def _load_json(path: Path) -> Any:
         raise SageInputError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
-def read_table(path: Path):
+def read_label_table(path: Path):
     """A CSV/JSONL pairs or labels table as a DataFrame of strings (errors name the file)."""
     return files.read_table(path, as_strings=True, empty_hint="export the labels again")
 
@@ -200,7 +200,7 @@ def _annotator_columns(path: Path, cols: list[str], given: list[str] | None, cou
 
 
 def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None, kind: str) -> list[_Raw]:
-    df = read_table(path)
+    df = read_label_table(path)
     if df.empty:
         raise SageInputError(f"{path}: no rows; export the labels again")
     cols = list(df.columns)
@@ -418,7 +418,7 @@ def read_labels(
 
 def read_pairs(path: Path):
     """The exported pairs table (pairs.csv or pairs.jsonl); checks the columns import needs."""
-    df = read_table(Path(path))
+    df = read_label_table(Path(path))
     for col in ("pair_id", "content_hash", "model", "question_id"):
         if col not in df.columns:
             raise SageInputError(f"{path}: missing column {col!r}; pass the pairs.csv/pairs.jsonl written by 'sage annotate export'")

@@ -13,6 +13,7 @@ texts again once responses are given.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +31,6 @@ class Miss:
 
 
 def local_pair_id(question_id: Any, text_a: str, text_b: str) -> str:
-    import hashlib
-
     a, b = sorted((normalise_text(text_a), normalise_text(text_b)))
     qid = "" if question_id is None else str(question_id)
     return LOCAL_PREFIX + hashlib.sha256("\x1f".join((qid, a, b)).encode("utf-8")).hexdigest()[:16]

@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from sage.data.responses import response_keys
 from sage.errors import SageInputError
 
@@ -98,7 +100,6 @@ def build_pairs(
     source: str = "responses",
 ) -> PairSet:
     """All C(n,2) pairs per (model, question_id, kind), or a seeded sample of `max_pairs` of them."""
-    import numpy as np
     import pandas as pd
 
     if max_pairs is not None and max_pairs < 1:

@@ -29,11 +29,15 @@ import numpy as np
 
 from sage.annotation.correlation import (
     ROW_STATS,
+    CorrelationSettings,
     _ci,
     _scipy_stat,
     bootstrap_indices,
+    correlation_markdown,
     join_questions,
+    metric_columns,
     paired_difference,
+    run_correlation,
 )
 from sage.annotation.labels import label_value
 from sage.errors import SageInputError
@@ -229,21 +233,22 @@ def ranking(joined, metrics: list[str], method: str = "spearman", n_boot: int = 
     return rows, vs_sge
 
 
-def run_validity(labels, pair_meta, questions, human, edges=None, definition="entail", aggregate="mean",
-                 kind="answer", metrics=None, n_boot=1000, seed=0, method="spearman",
+def run_validity(labels, pair_meta, questions, human, edges=None,
+                 settings: CorrelationSettings = CorrelationSettings(),
                  measure_edges: dict[str, str] | None = None) -> dict[str, Any]:
     """The three tables; `human` is the per-question human consistency `run_correlation` used;
     `measure_edges`: questions.csv column -> edge similarity (`sage.metrics.question_metrics`)."""
+    kind, n_boot, seed, method = settings.kind, settings.n_boot, settings.seed, settings.primary
     joined, _ = join_questions(human, questions)
     result: dict[str, Any] = {"method": method, "n_boot": n_boot, "seed": seed, "kind": kind}
     if edges is not None:
-        values = pair_values(labels, pair_meta, definition, aggregate, kind)
+        values = pair_values(labels, pair_meta, settings.definition, settings.aggregate, kind)
         result["pairs"] = pair_validity(edges, values, kind, n_boot, seed)
     else:
         result["pairs"] = []
         result["pairs_note"] = "the run has no edges.csv (scored by an older sage); rescore to get pair-level validity"
     result["redundancy"] = redundancy(questions, joined, n_boot, seed, method)
-    result["ranking"], result["best_vs_sge"] = ranking(joined, list(metrics or []), method, n_boot, seed,
+    result["ranking"], result["best_vs_sge"] = ranking(joined, list(settings.metrics or []), method, n_boot, seed,
                                                        measure_edges, result["pairs"], kind)
     return result
 
@@ -256,21 +261,15 @@ def labels_report(labels_path, responses, questions, edges=None, *, metrics=None
     that match no pair are skipped and counted (`--ignore-unknown`)."""
     import pandas as pd
 
-    from sage.annotation.correlation import (
-        correlation_markdown,
-        metric_columns,
-        run_correlation,
-    )
     from sage.annotation.importer import read_labels
     from sage.annotation.pairs import build_pairs
 
     pairs = build_pairs(responses, (kind,)).pairs
     ls = read_labels(labels_path, pairs, responses, None, None, True, kind, None)
     cols = metric_columns(questions, tuple(metrics) if metrics else None)
-    corr = run_correlation(ls.labels, pairs, questions, kind=kind, metrics=cols, methods=tuple(methods),
-                           n_boot=n_boot, seed=seed)
-    val = run_validity(ls.labels, pairs, questions, pd.DataFrame(corr["human"]), edges, kind=kind, metrics=cols,
-                       n_boot=n_boot, seed=seed, measure_edges=measure_edges)
+    settings = CorrelationSettings(kind=kind, metrics=tuple(cols), methods=tuple(methods), n_boot=n_boot, seed=seed)
+    corr = run_correlation(ls.labels, pairs, questions, settings)
+    val = run_validity(ls.labels, pairs, questions, pd.DataFrame(corr["human"]), edges, settings, measure_edges)
     return {"correlation": corr, "validity": val, "skipped_label_rows": ls.counts["unmatched"],
             "markdown": correlation_markdown(corr) + validity_markdown(val)}
 

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import click
 
+from sage.annotation.agreement import agreement, agreement_markdown
+from sage.annotation.export import predictions_from_similarity, write_exports
+from sage.cli.label_options import label_import_options, read_labels_file, split_names
+from sage.errors import SageInputError
+from sage.metrics.similarity import build_similarity
+
 log = logging.getLogger(__name__)
-
-
-def _split(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
 @click.group("annotate")
@@ -39,26 +41,25 @@ def command() -> None:
               help="Model label when the table has no 'model' column (default: file stem, as 'sage score' does).")
 @click.option("--high", type=float, default=0.8, show_default=True)
 @click.option("--low", type=float, default=0.5, show_default=True)
-def export_cmd(responses, out_dir, formats, kinds, max_pairs, seed, scheme, annotators, predictions_path,
-               predict_with, model_name, high, low):
+def export_cmd(responses, out_dir, formats, kinds, seed, scheme, **options):
     """Write the answer (and RoT) pairs of each question for annotation."""
-    from sage.annotation.export import predictions_from_similarity, write_exports
-    from sage.annotation.importer import read_table
+    from sage.annotation.importer import read_label_table
     from sage.annotation.pairs import build_pairs
     from sage.data.responses import read_responses
-    from sage.errors import SageInputError
 
+    model_name, predictions_path, predict_with = options["model_name"], options["predictions_path"], options["predict_with"]
+    high, low = options["high"], options["low"]
     df = read_responses(responses)
     if model_name:
         df["model"] = model_name
     elif (df["model"] == "model").all():  # same default label as `sage score`, so ids match its run
         df["model"] = Path(responses).stem
-    pair_set = build_pairs(df, tuple(kinds) or ("answer",), max_pairs, seed, str(responses))
+    pair_set = build_pairs(df, tuple(kinds) or ("answer",), options["max_pairs"], seed, str(responses))
     predictions = None
     if predictions_path and predict_with:
         raise SageInputError("give --predictions or --predict, not both")
     if predictions_path:
-        predictions = read_table(predictions_path)
+        predictions = read_label_table(predictions_path)
         for col in ("pair_id", "label"):
             if col not in predictions.columns:
                 raise SageInputError(f"{predictions_path}: missing column {col!r}; need pair_id,label[,score]")
@@ -69,13 +70,12 @@ def export_cmd(responses, out_dir, formats, kinds, max_pairs, seed, scheme, anno
         if "score" in predictions.columns:
             predictions["score"] = predictions["score"].astype(float)
     elif predict_with:
-        from sage.metrics.similarity import build_similarity
 
         predictions = predictions_from_similarity(pair_set.pairs, build_similarity(predict_with), scheme, high, low)
     meta = {"responses": str(responses), "kinds": list(kinds) or ["answer"],
             "predict": predict_with, "thresholds": {"high": high, "low": low} if predict_with else None}
     written = write_exports(pair_set, out_dir, tuple(formats) or ("csv", "jsonl", "labelstudio"), scheme,
-                            tuple(_split(annotators)), predictions, meta)
+                            tuple(split_names(options["annotators"])), predictions, meta)
     c = pair_set.counts
     click.echo(f"{c['pairs']} pairs ({c['pairs_possible']} possible) from {c['groups']} questions; "
                f"{c['blank_texts']} blank texts left out; seed {seed}")
@@ -83,48 +83,18 @@ def export_cmd(responses, out_dir, formats, kinds, max_pairs, seed, scheme, anno
         click.echo(f"  {name}: {path}")
 
 
-def _load(labels, pairs, responses, scheme, annotator_columns, ignore_unknown, kind, model):
-    from sage.annotation.importer import read_labels, read_pairs
-
-    pair_df = read_pairs(pairs) if pairs else None
-    resp = None
-    if responses:
-        from sage.data.responses import read_responses
-
-        resp = read_responses(responses)
-    return read_labels(labels, pair_df, resp, None if scheme == "auto" else scheme, _split(annotator_columns) or None,
-                       ignore_unknown, kind, model)
-
-
-_import_options = [
-    click.option("--pairs", type=click.Path(path_type=Path), default=None,
-                 help="pairs.csv/pairs.jsonl from the export: checks pair ids and content hashes."),
-    click.option("--responses", type=click.Path(path_type=Path), default=None,
-                 help="Responses table to match rows without pair ids by their texts."),
-    click.option("--scheme", type=click.Choice(["auto", "nli", "binary"]), default="auto", show_default=True),
-    click.option("--annotator-columns", default=None, help="Comma-separated annotator columns of a wide CSV."),
-    click.option("--ignore-unknown", is_flag=True,
-                 help="Skip and count label rows that match no pair (unknown id, changed hash, texts not found)."),
-    click.option("--kind", type=click.Choice(["answer", "rot"]), default="answer", show_default=True,
-                 help="Which texts rows without pair ids are matched against."),
-    click.option("--model", default=None, help="Restrict text matching to this model."),
-]
-
-
-def _with_import_options(fn):
-    for opt in reversed(_import_options):
-        fn = opt(fn)
-    return fn
+_PAIRS_HELP = "pairs.csv/pairs.jsonl from the export: checks pair ids and content hashes."
+_RESPONSES_HELP = "Responses table to match rows without pair ids by their texts."
 
 
 @command.command("import")
 @click.argument("labels", type=click.Path(path_type=Path))
-@_with_import_options
+@label_import_options(pairs_help=_PAIRS_HELP, responses_help=_RESPONSES_HELP)
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="Normalised labels CSV (pair_id, annotator, label); a .report.json is written beside it.")
-def import_cmd(labels, pairs, responses, scheme, annotator_columns, ignore_unknown, kind, model, out):
+def import_cmd(labels, out, **options):
     """Read Label Studio JSON, wide CSV (one column per annotator) or JSONL labels."""
-    ls = _load(labels, pairs, responses, scheme, annotator_columns, ignore_unknown, kind, model)
+    ls = read_labels_file(labels, options)
     out.parent.mkdir(parents=True, exist_ok=True)
     table = ls.labels[["pair_id", "annotator", "label"]]
     if len(ls.pairs.columns) > 1:
@@ -152,15 +122,14 @@ def _echo_unmatched(counts) -> None:
 
 @command.command("agreement")
 @click.argument("labels", type=click.Path(path_type=Path))
-@_with_import_options
+@label_import_options(pairs_help=_PAIRS_HELP, responses_help=_RESPONSES_HELP)
 @click.option("--n-boot", type=int, default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="JSON output (a .md is written beside it).")
-def agreement_cmd(labels, pairs, responses, scheme, annotator_columns, ignore_unknown, kind, model, n_boot, seed, out):
+def agreement_cmd(labels, n_boot, seed, out, **options):
     """Fleiss' kappa, Krippendorff's alpha, label distributions, bootstrap 95% CIs."""
-    from sage.annotation.agreement import agreement, agreement_markdown
 
-    ls = _load(labels, pairs, responses, scheme, annotator_columns, ignore_unknown, kind, model)
+    ls = read_labels_file(labels, options)
     result = agreement(ls.labels, ls.scheme, n_boot, seed)
     result["import_counts"] = ls.counts
     md = agreement_markdown(result)

@@ -3,9 +3,23 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import click
+
+from sage.annotation.correlation import (
+    CorrelationSettings,
+    correlation_markdown,
+    metric_columns,
+    read_question_scores,
+    run_correlation,
+)
+from sage.annotation.validity import read_edges, run_validity, validity_markdown
+from sage.cli.label_options import label_import_options, read_labels_file
+from sage.data.files import write_json
+from sage.errors import SageInputError
+from sage.metrics.question_metrics import measure_edges
 
 log = logging.getLogger(__name__)
 
@@ -14,21 +28,13 @@ log = logging.getLogger(__name__)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--labels", "labels_path", required=True, type=click.Path(path_type=Path),
               help="Labels: Label Studio JSON, wide/long CSV or JSONL (as 'sage annotate import' reads).")
-@click.option("--pairs", type=click.Path(path_type=Path), default=None,
-              help="pairs.csv/jsonl of the export (default: all pairs rebuilt from RUN_DIR/responses.csv).")
-@click.option("--responses", type=click.Path(path_type=Path), default=None,
-              help="Responses table for ids and text matching (default RUN_DIR/responses.csv).")
-@click.option("--scheme", type=click.Choice(["auto", "nli", "binary"]), default="auto", show_default=True)
-@click.option("--annotator-columns", default=None, help="Comma-separated annotator columns of a wide CSV.")
-@click.option("--ignore-unknown", is_flag=True,
-              help="Skip and count label rows that match no pair (unknown id, changed hash, texts not found).")
+@label_import_options(
+    pairs_help="pairs.csv/jsonl of the export (default: all pairs rebuilt from RUN_DIR/responses.csv).",
+    responses_help="Responses table for ids and text matching (default RUN_DIR/responses.csv).")
 @click.option("--definition", type=click.Choice(["entail", "not-contradict", "graded"]), default="entail",
               show_default=True, help="Which NLI labels count as consistent (see sage.annotation.correlation).")
 @click.option("--aggregate", type=click.Choice(["mean", "majority"]), default="mean", show_default=True,
               help="Per pair: mean over annotators or the majority label.")
-@click.option("--kind", type=click.Choice(["answer", "rot"]), default="answer", show_default=True,
-              help="Which labelled pairs define human consistency.")
-@click.option("--model", default=None, help="Restrict text matching to this model.")
 @click.option("--metric", "metrics", multiple=True, help="Metric columns or glob patterns (default: sge_*, baselines).")
 @click.option("--method", "methods", multiple=True, type=click.Choice(["spearman", "kendall", "pearson"]),
               help="Correlation methods (default all three).")
@@ -41,26 +47,18 @@ log = logging.getLogger(__name__)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Output directory (default RUN_DIR/correlation).")
-def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, ignore_unknown, definition, aggregate,
-            kind, model, metrics, methods, compares, primary, min_pairs, n_boot, seed, out_dir):
+def command(run_dir, labels_path, out_dir, **options):
     """Spearman/Kendall/Pearson of human consistency with each metric, bootstrap CIs, paired tests."""
-    from sage.annotation.correlation import (
-        correlation_markdown,
-        metric_columns,
-        read_questions,
-        run_correlation,
-    )
-    from sage.annotation.importer import read_labels, read_pairs, unmatched_note
+    from sage.annotation.importer import read_pairs, unmatched_note
     from sage.annotation.pairs import build_pairs
-    from sage.data.files import write_json
     from sage.data.responses import read_responses
-    from sage.errors import SageInputError
 
     questions_path = run_dir / "questions.csv"
     if not questions_path.is_file():
         raise SageInputError(f"{run_dir}: no questions.csv; pass a run directory written by 'sage score'")
-    questions = read_questions(questions_path)
-    responses_path = responses or (run_dir / "responses.csv")
+    questions = read_question_scores(questions_path)
+    pairs = options["pairs"]
+    responses_path = options["responses"] or (run_dir / "responses.csv")
     resp = read_responses(responses_path) if Path(responses_path).is_file() else None
     if pairs:
         pair_df = read_pairs(pairs)
@@ -69,30 +67,30 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
         pair_df = build_pairs(resp, kinds, source=str(responses_path)).pairs
     else:
         pair_df = None
-    ls = read_labels(labels_path, pair_df, resp, None if scheme == "auto" else scheme,
-                     [c.strip() for c in annotator_columns.split(",")] if annotator_columns else None,
-                     ignore_unknown, kind, model)
+    ls = read_labels_file(labels_path, options, pair_table=pair_df, responses_table=resp)
     meta = pair_df if pair_df is not None else ls.pairs
-    cols = metric_columns(questions, tuple(metrics)) if metrics else None
     comparisons = None
-    if compares:
+    if options["compares"]:
         comparisons = []
-        for c in compares:
+        for c in options["compares"]:
             a, sep, b = c.partition(":")
             if not sep or not a or not b:
                 raise SageInputError(f"--compare {c!r}: write METRIC_A:METRIC_B, e.g. sge_answer:bleu_answer")
             comparisons.append((a, b))
-    result = run_correlation(ls.labels, meta, questions, definition, aggregate, kind, cols,
-                             tuple(methods) or ("spearman", "kendall", "pearson"), n_boot, seed, min_pairs,
-                             comparisons, primary)
+    settings = CorrelationSettings(
+        definition=options["definition"], aggregate=options["aggregate"], kind=options["kind"],
+        metrics=tuple(metric_columns(questions, tuple(options["metrics"]))) if options["metrics"] else None,
+        methods=tuple(options["methods"]) or CorrelationSettings.methods, n_boot=options["n_boot"],
+        seed=options["seed"], min_pairs=options["min_pairs"],
+        comparisons=tuple(comparisons) if comparisons is not None else None, primary=options["primary"])
+    result = run_correlation(ls.labels, meta, questions, settings)
     result.update({"run_dir": str(run_dir), "labels": str(labels_path), "scheme": ls.scheme,
                    "skipped_label_rows": ls.counts["unmatched"], "import_counts": ls.counts})
-    result["validity"] = _validity(run_dir, ls.labels, meta, questions, result, definition, aggregate, kind, n_boot,
-                                   seed, primary)
+    settings = replace(settings, metrics=tuple(result["metrics"]))  # the columns the correlations used
+    result["validity"] = _validity(run_dir, ls.labels, meta, questions, result, settings)
     out_dir = out_dir or (run_dir / "correlation")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "correlation.json", result)  # strict JSON: undefined values are null
-    from sage.annotation.validity import validity_markdown
 
     md = correlation_markdown(result) + validity_markdown(result["validity"])
     note = unmatched_note(ls.counts)
@@ -105,14 +103,11 @@ def command(run_dir, labels_path, pairs, responses, scheme, annotator_columns, i
     click.echo(f"written: {out_dir / 'correlation.json'}, {out_dir / 'correlation.md'}")
 
 
-def _validity(run_dir, labels, meta, questions, result, definition, aggregate, kind, n_boot, seed, primary):
+def _validity(run_dir, labels, meta, questions, result, settings):
     """Pair-level validity (from RUN_DIR/edges.csv), redundancy and ranking tables; the run's
     summary.json says which edge similarity each measure is computed from."""
     import pandas as pd
 
-    from sage.annotation.validity import read_edges, run_validity
-    from sage.errors import SageInputError
-    from sage.metrics.question_metrics import measure_edges
 
     edges_path = run_dir / "edges.csv"
     edges = read_edges(edges_path) if edges_path.is_file() else None
@@ -123,6 +118,5 @@ def _validity(run_dir, labels, meta, questions, result, definition, aggregate, k
     except (ValueError, KeyError, TypeError, AttributeError, SageInputError) as exc:  # an older or edited summary
         log.warning("%s: cannot tell which edge each measure uses (%s); edge AUROCs left out", summary_path, exc)
         sources = {}
-    return run_validity(labels, meta, questions, pd.DataFrame(result["human"]), edges, definition, aggregate, kind,
-                        result["metrics"], n_boot, seed, primary, sources)
+    return run_validity(labels, meta, questions, pd.DataFrame(result["human"]), edges, settings, sources)
 

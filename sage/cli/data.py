@@ -6,6 +6,9 @@ from pathlib import Path
 import click
 
 from sage.cli.options import progress_option
+from sage.data.catalog import DATASETS, QUESTION_SETS
+from sage.data.download import dataset_dir, download_dataset, local_dataset
+from sage.errors import SageInputError
 
 
 @click.group("data")
@@ -24,8 +27,6 @@ def _human(n: int) -> str:
 @command.command("list")
 def list_cmd():
     """Datasets (size, pinned source, local copy) and the question sets `sage score --questions` takes."""
-    from sage.data.download import dataset_dir, local_dataset
-    from sage.data.registry import DATASETS, QUESTION_SETS
 
     click.echo("Datasets (`sage data download NAME`):")
     for name in DATASETS.names():
@@ -47,9 +48,6 @@ def list_cmd():
 @progress_option
 def download_cmd(names, to, no_progress):
     """Download datasets by name, verify every file's sha256, and print where they are."""
-    from sage.data.download import download_dataset
-    from sage.data.registry import DATASETS
-    from sage.errors import SageInputError
 
     if to is not None and len(names) > 1:
         raise SageInputError("--to takes one dataset; download the others without --to or one at a time")

@@ -5,6 +5,8 @@ resumes where a killed run stopped (records under <out-dir>/records, model calls
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from sage.cli.options import (
@@ -13,9 +15,12 @@ from sage.cli.options import (
     executor_options,
     pop_executor,
     progress_option,
+    quiet_model_loading,
     server_options,
 )
 from sage.cli.renamed_options import renamed
+from sage.data.files import write_table
+from sage.data.questions import questions_path, read_questions
 
 RENAMED = renamed({"--out-dir": "--out"})
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
@@ -57,10 +62,6 @@ def _config(common: dict, **fields):
 
 
 def _write(df, common: dict, default_name: str) -> None:
-    from pathlib import Path
-
-    from sage.data.files import write_table
-
     path = write_table(df, Path(common["out_dir"]) / (common["output"] or default_name))
     click.echo(f"wrote {len(df)} rows to {path}")
 
@@ -72,6 +73,7 @@ def _tokens(common: dict, field: str) -> dict:
 @click.group("generate")
 def command() -> None:
     """Run one stage of the generation pipeline: paraphrases, answers or rots."""
+    quiet_model_loading()
 
 
 @command.command("paraphrases", cls=RENAMED)
@@ -95,10 +97,7 @@ def command() -> None:
 def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_round, temperature,
                     temperature_step, **common):
     """Paraphrase questions, keeping candidates above the ParaScore threshold."""
-    from pathlib import Path
 
-    from sage.data.files import write_table
-    from sage.data.questions import questions_path
     from sage.pipeline import generate_paraphrases
 
     cfg = _config(common, questions=str(questions_path(questions)) if questions else None, paraphraser=model, paraphraser_backend=common["backend"],
@@ -132,7 +131,6 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 @_common
 def answers_cmd(paraphrases_file, questions, model, samples, temperature, logprobs, **common):
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
-    from sage.data.questions import questions_path, read_questions
     from sage.pipeline import generate_answers, load_table
 
     if paraphrases_file:

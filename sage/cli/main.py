@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from sage.version import __version__
 from sage.errors import SageInputError
+from sage.version import __version__
 
 # command name -> module defining `command`; modules are imported only when needed.
 COMMANDS = {
@@ -65,7 +65,8 @@ class _SageGroup(click.Group):
 
 @click.group(cls=_SageGroup)
 @click.version_option(__version__, prog_name="sage")
-@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.option("-v", "--verbose", count=True,
+              help="More log output: -v info lines (and the libraries' model-loading bars), -vv debug.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option("--offline", is_flag=True,
               help="No model or dataset downloads (same as HF_HUB_OFFLINE=1); OpenAI-compatible endpoints named "
@@ -75,10 +76,14 @@ def cli(verbose: int, quiet: bool, offline: bool) -> None:
     if offline:  # before any command imports huggingface_hub, which reads its flag at import
         os.environ["SAGE_OFFLINE"] = "1"
         os.environ["HF_HUB_OFFLINE"] = "1"
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
+    # A command prints its results, progress bars and warnings; -v adds sage's info lines.
+    level = logging.WARNING if quiet or not verbose else (logging.DEBUG if verbose > 1 else logging.INFO)
+    os.environ["SAGE_VERBOSE"] = str(0 if quiet else verbose)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "httpx2", "urllib3", "filelock", "huggingface_hub", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    # bitsandbytes (pulled in beside peft) warns at import about optional CPU kernels sage never uses
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR if not verbose else level)
     # vLLM sets up its own log handler when imported, from this variable (its engine processes inherit it);
     # its per-step INFO lines are kept for -v.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO" if verbose else "WARNING")

@@ -1,7 +1,14 @@
 """Option parsing helpers shared by subcommands."""
 from __future__ import annotations
 
+import os
+import sys
+
 import click
+
+from sage.cli.presets import PRESETS
+from sage.executors import EXECUTORS, ExecutorOptions
+from sage.metrics.graph_measures import GraphOptions
 
 
 def csv_list(value: str | None) -> tuple[str, ...] | None:
@@ -35,15 +42,12 @@ def preset_option(*, help_suffix: str = ""):
     def callback(ctx: click.Context, param: click.Parameter, value: str | None):
         if value is None:
             return None
-        from sage.cli.presets import PRESETS
 
         preset = PRESETS.get(value)  # unknown name: one line listing the presets, exit 2
         ctx.default_map = {**(ctx.default_map or {}), **preset.values}
         return value
 
     def names() -> str:
-        from sage.cli.presets import PRESETS
-
         return ", ".join(PRESETS.names())
 
     return click.option("--preset", default=None, is_eager=True, callback=callback,
@@ -54,13 +58,26 @@ def hide_progress() -> None:
     """No progress bars from sage, transformers or huggingface_hub in this process and the ones it
     starts (Ray workers, servers). tqdm reads TQDM_DISABLE when it is first imported, so this runs
     while the command line is parsed, before any command imports it."""
-    import os
-    import sys
 
     os.environ["TQDM_DISABLE"] = "1"
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if "transformers" in sys.modules:  # imported already (the Python API): switch its bars off too
         sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def quiet_model_loading() -> None:
+    """Hide transformers' per-model "Loading weights" bars unless -v: they are not the command's
+    progress. transformers ties its bars to huggingface_hub's switch, so the hub's download bars
+    are switched back on (unless --no-progress hid every bar)."""
+
+    if int(os.environ.get("SAGE_VERBOSE", "0") or 0) > 0:
+        return
+    import huggingface_hub.utils
+    import transformers.utils.logging  # torch-free at import, but a second of start-up: only for model commands
+
+    transformers.utils.logging.disable_progress_bar()
+    if os.environ.get("TQDM_DISABLE") != "1":
+        huggingface_hub.utils.enable_progress_bars()
 
 
 def progress_option(f):
@@ -142,7 +159,6 @@ def executor_options(f):
 def pop_executor(kwargs: dict):
     """(executor name, ExecutorOptions) from a command's keyword arguments, removing them; an unknown
     executor name fails here, before any model loads."""
-    from sage.executors import EXECUTORS, ExecutorOptions
 
     values = {k: kwargs.pop(k) for k in _EXECUTOR_KEYS}
     EXECUTORS.get(values["executor"])
@@ -184,7 +200,6 @@ def measure_options(f):
 def pop_measures(kwargs: dict) -> dict:
     """ScoreConfig fields (se_equivalence, se_clustering, graph) from a command's keyword arguments,
     removing them."""
-    from sage.metrics.graph_measures import GraphOptions
 
     values = {k: kwargs.pop(k) for k in _MEASURE_KEYS}
     se = {k: values.pop(k) for k in ("se_equivalence", "se_clustering")}

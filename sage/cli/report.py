@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from sage.reporting.report import build_report
+
 
 @click.command("report")
 @click.argument("run_dir", type=click.Path(path_type=Path))
@@ -18,7 +20,6 @@ import click
 @click.option("--seed", type=int, default=0, show_default=True)
 def command(run_dir, out_html, correlation, rank_by, top_k, n_boot, seed):
     """Per-model summary with CIs, SGE histograms, extreme questions, metric-human correlations."""
-    from sage.reporting.report import build_report
 
     res = build_report(run_dir, out_html, None, correlation, rank_by, top_k, n_boot, seed)
     click.echo(f"wrote {res['html']} and {res['markdown']} (figures: {', '.join(res['figures'])})")

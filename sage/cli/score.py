@@ -1,6 +1,7 @@
 """`sage score`: score a responses table with SGE and the baselines."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -16,8 +17,12 @@ from sage.cli.options import (
     precision_options,
     preset_option,
     progress_option,
+    quiet_model_loading,
     server_options,
 )
+from sage.data.questions import questions_path
+from sage.errors import SageInputError
+from sage.metrics.similarity import SimilarityOptions
 
 
 def _print_summary(summary: dict) -> None:
@@ -50,7 +55,6 @@ def _print_summary(summary: dict) -> None:
 
 def _score_config(options: dict):
     """The ScoreConfig from the command's options (removing the ones it reads)."""
-    from sage.metrics.similarity import SimilarityOptions
     from sage.scoring import ScoreConfig
 
     sim = {k: options.pop(k) for k in ("embedder", "bertscore_model", "bertscore_layers", "encoder_backend",
@@ -67,7 +71,6 @@ def _score_config(options: dict):
 
 def _pipeline_config(model: str, out: Path, options: dict):
     """The PipelineConfig of `sage score --model` from the command's options (removing them)."""
-    from sage.data.questions import questions_path
     from sage.pipeline import PipelineConfig
 
     executor, executor_opts = pop_executor(options)
@@ -157,13 +160,12 @@ def command(responses, model, out, table_format, no_progress, **options):
 
     Writes questions.csv, summary.json, summary.md and responses.csv to --out.
     """
-    import re
 
-    from sage.errors import SageInputError
     from sage.pipeline import generate_and_score
     from sage.scoring import score_responses
 
     options.pop("preset")  # applied by its callback as the other options' defaults
+    quiet_model_loading()
     if responses is not None and model is not None:
         raise SageInputError("give either --responses (score a table) or --model (generate, then score), not both")
     config = _score_config(options)

@@ -1,4 +1,4 @@
-"""Download registered datasets (`sage.data.registry`) into the sage cache, verified and resumable.
+"""Download registered datasets (`sage.data.catalog`) into the sage cache, verified and resumable.
 
 Files come from GitHub's raw file host at the pinned commit,
 `{SAGE_DATA_ENDPOINT}/{owner}/{repo}/{commit}/{path}` (default endpoint
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote
 
-from sage.data.registry import DATASETS, Dataset, RemoteFile
+from sage.data.catalog import DATASETS, Dataset, RemoteFile
 from sage.errors import SageInputError
 from sage.progress import progress_bar
 from sage.settings import cache_dir, offline

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from pathlib import Path
 
@@ -102,7 +103,6 @@ def write_table(df, path: str | Path) -> Path:
 def json_ready(obj):
     """`obj` with every non-finite float (NaN, inf) as None and numpy scalars as Python numbers, so
     it serialises as strict JSON (`null`, never a bare `NaN` that other JSON readers reject)."""
-    import math
 
     if isinstance(obj, dict):
         return {str(k): json_ready(v) for k, v in obj.items()}

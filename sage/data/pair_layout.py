@@ -14,8 +14,10 @@ column:cosine_model_output`), e.g. with an encoder that is not available offline
 """
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -86,8 +88,6 @@ def record_lines(source: str, n: int) -> list[str]:
     """For each of the `n` data records of the file `source`, where it starts: "line L" (CSV records
     can span lines, so the line is counted by the csv reader); "pair row i" when `source` is not a
     readable CSV/JSONL file (a DataFrame given in memory)."""
-    import csv
-    from pathlib import Path
 
     path = Path(source)
     starts: list[int] = []

@@ -6,6 +6,8 @@ from importlib import resources
 from pathlib import Path
 
 from sage.data import files
+from sage.data.catalog import QUESTION_SETS
+from sage.data.download import ensure_dataset
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,6 @@ def questions_path(value: str | Path) -> Path:
     path = Path(value).expanduser()
     if path.exists():
         return path
-    from sage.data.registry import QUESTION_SETS
 
     name = str(value)
     if name not in QUESTION_SETS:
@@ -34,7 +35,6 @@ def questions_path(value: str | Path) -> Path:
             f"questions {name!r}: no such file, and not a question set ({', '.join(QUESTION_SETS.names())}); "
             "pass a questions file (question_id, question) or one of those names (`sage data list`)"
         )
-    from sage.data.download import ensure_dataset
 
     qs = QUESTION_SETS.get(name)
     return ensure_dataset(qs.dataset, files=[qs.file], hint=", or pass --questions FILE") / qs.file

@@ -16,6 +16,7 @@ the same numbers whichever way its table arrives.
 """
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,6 @@ def raw_chunks(source, rows: int = READ_ROWS) -> Iterator[pd.DataFrame]:
 
 def _check_utf8(path: Path, block: int = 1 << 20) -> None:
     """One line naming the first line that is not UTF-8, read block by block (no whole-file copy)."""
-    import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset, lines = 0, 0

@@ -34,7 +34,7 @@ TEXT_COLUMNS = ("answer", "rot")
 COLUMN_ALIASES = {"paraphrased": "paraphrase", "score": "paraphrase_score", "model_output": "answer"}
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
+def read_responses_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV, JSONL or Parquet responses file into a DataFrame with clear errors."""
     return files.read_table(path, empty_hint="give a responses file with a header and rows")
 
@@ -102,7 +102,7 @@ def read_responses(path: str | Path) -> pd.DataFrame:
 
 def load_responses(path: str | Path, default_model: str = "model"):
     """(responses table, `PairEdges` of a pair-layout file or None)."""
-    return as_responses(read_table(path), source=str(path), default_model=default_model)
+    return as_responses(read_responses_table(path), source=str(path), default_model=default_model)
 
 
 def as_responses(df: pd.DataFrame, source: str = "responses", default_model: str = "model"):

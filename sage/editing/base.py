@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from sage.api import Editor
+from sage.editing.handles import WeightSnapshot
+from sage.editing.profiles import profile_for
 from sage.errors import SageInputError
 from sage.registry import Registry
 
@@ -59,18 +59,10 @@ class HParams:
         return dataclasses.asdict(self)
 
 
-def load_overrides(path: str | Path | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SageInputError(f"{path}: hyperparameter file not found; pass an existing JSON file") from None
-    except json.JSONDecodeError as exc:
-        raise SageInputError(f"{path}: malformed JSON ({exc}); fix the file") from None
-    if not isinstance(data, dict):
-        raise SageInputError(f"{path}: expected a JSON object of hyperparameter overrides")
-    return data
+def check_batch_mode(method: str, batch: bool) -> None:
+    """Refuse batch mode for a method that edits one entry at a time: one line, before anything runs."""
+    if batch and not EDITORS.get(method).supports_batch:
+        raise SageInputError(f"method {method!r} does not batch; use --method {method} (without :batch)")
 
 
 def resolve_layer(layer: int, n_layers: int, what: str = "layer") -> int:
@@ -109,7 +101,6 @@ class EditorBase(Editor):
     @staticmethod
     def locate(model: Any, layers: Sequence[int]):
         """The model's profile and `layers` resolved against its depth (negative = from the end)."""
-        from sage.editing.profiles import profile_for
 
         profile = profile_for(model)
         n = profile.n_layers(model)
@@ -118,7 +109,6 @@ class EditorBase(Editor):
     @staticmethod
     def mlp_snapshot(model: Any, profile: Any, layers: Sequence[int]):
         """A copy of the down-projection weights of `layers`, to restore bit for bit."""
-        from sage.editing.handles import WeightSnapshot
 
         return WeightSnapshot(model, [f"{profile.mlp_out.format(layer)}.weight" for layer in layers])
 

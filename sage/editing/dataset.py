@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sage.data.download import find_dataset
 from sage.errors import SageInputError
 
 FRAMEWORKS = ("care_ethics", "deontology", "utilitarianism", "virtue_ethics")
@@ -54,7 +55,6 @@ def default_data_dir() -> Path:
     else the pinned files are downloaded into the cache now, or, offline or without network, one
     line says how to get them.
     """
-    from sage.data.download import find_dataset
 
     return find_dataset("countermoral", hint=", or pass --data DIR (a folder with <framework>/entries.json)")
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WeightEditHandle
-from sage.editing.scorer import LMScorer, prompt_last_nll, target_nll
+from sage.editing.target_scoring import LMScorer, prompt_last_nll, target_nll
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,12 @@ from typing import Any, Sequence
 
 from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WrapperHandle
-from sage.editing.scorer import LMScorer, encode_pairs, target_logits, target_logprobs
+from sage.editing.target_scoring import (
+    LMScorer,
+    encode_pairs,
+    target_logits,
+    target_logprobs,
+)
 
 KEY_TOKENS = ("prompt_last", "subject_last")
 

@@ -11,18 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
-from sage.editing.scorer import LMScorer, PromptRewriteScorer
+from sage.editing.target_scoring import LMScorer, PromptRewriteScorer
 from sage.errors import SageInputError
+from sage.models.resolve import bundled_embedder_path
 
 _EMBEDDERS: dict[str, Any] = {}
 
 
 def embedder(path: str | None = None):
     """The bundled sentence-transformers model (loaded once per process)."""
-    from sage.models.resolve import bundled_embedder_path
 
     key = str(path or bundled_embedder_path())
     if key not in _EMBEDDERS:
@@ -81,8 +83,6 @@ class IKEEditor(EditorBase):
         self._pool_emb = None
 
     def _retrieve(self, req: EditRequest) -> list[EditRequest]:
-        import numpy as np
-
         pool = [p for p in self.context.pool]
         if self._pool_emb is None and pool:
             self._pool_emb = embed([p.prompt for p in pool], self.hparams.embedder or None)

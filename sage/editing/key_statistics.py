@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from sage.data.download import development_copy, ensure_dataset
+from sage.editing.handles import tensor_hash
 from sage.editing.profiles import ModelProfile
 from sage.errors import SageInputError
 from sage.progress import progress_bar
@@ -57,7 +59,6 @@ def model_key(model: Any) -> str:
     """Identity of the (unedited) model: name, architecture and a hash of its embedding rows."""
     import torch
 
-    from sage.editing.handles import tensor_hash
 
     cfg = model.config
     emb = model.get_input_embeddings().weight[:64]
@@ -117,7 +118,6 @@ def responses_dir(download: bool = False) -> Path | None:
     """The SaGE authors' Vicuna-7B response files (`sage-responses/`): `$SAGE_SHARED_DATA`, the copy
     `sage data download sage-responses` keeps in the sage cache, a development checkout's
     `../shared/data`; with `download`, fetched into the cache when online (None when that fails)."""
-    from sage.data.download import development_copy, ensure_dataset
 
     found = development_copy("sage-responses", "sage-responses")
     if found is not None and not any(found.glob("*.csv")):

@@ -6,8 +6,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sage.editing import key_statistics
 from sage.editing.base import EditorBase, HParams, check
 from sage.editing.capture import context_templates
+from sage.editing.profiles import profile_for
 from sage.editing.value_optimization import DeltaSettings
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,6 @@ class LocateThenEditEditor(EditorBase):
         the editor and cached on disk (key_statistics.py)."""
         if self.hparams.covariance == "identity":
             return {layer: None for layer in layers}
-        from sage.editing import key_statistics
-        from sage.editing.profiles import profile_for
 
         tokens = self.hparams.stats_tokens
         missing = [layer for layer in layers if (layer, tokens) not in self._cov]

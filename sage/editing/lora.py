@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WeightEditHandle, WeightSnapshot
-from sage.editing.scorer import LMScorer, target_nll
+from sage.editing.target_scoring import LMScorer, target_nll
 
 
 @dataclass(frozen=True)

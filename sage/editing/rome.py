@@ -16,7 +16,7 @@ from sage.editing.base import EDITORS
 from sage.editing.capture import subject_keys
 from sage.editing.handles import WeightEditHandle
 from sage.editing.locate_then_edit import LocateThenEditEditor, ValueOptHParams
-from sage.editing.scorer import LMScorer
+from sage.editing.target_scoring import LMScorer
 from sage.editing.value_optimization import optimize_delta
 
 

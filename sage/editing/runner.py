@@ -1,5 +1,7 @@
-"""Run an editing method over CounterMoral entries: score before, edit, score through the handle's
-scoring model (the edited model or the wrapper), restore, append one JSON line per entry.
+"""One editing run's parts: its settings and directory, the editing context of a framework, the
+evaluation of a group of entries (score before, edit, score through the handle's scoring model
+(the edited model or the wrapper), restore: one row per entry) and the summary. The loop over
+entries is `sage.editing.sweep.run_sweep`.
 
 Layout: `<out>/<method>/<subset>[-batch]/entries.jsonl` (rerun skips finished entries),
 `settings.json` (what the entries depend on: a rerun with other settings is refused rather than
@@ -20,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sage.data.records import RecordStore
-from sage.editing.base import EditContext, make_editor
+from sage.editing.base import EDITORS, EditContext, make_editor
 from sage.editing.dataset import (
     FRAMEWORKS,
     EditRequest,
@@ -29,9 +31,9 @@ from sage.editing.dataset import (
     load_countermoral,
 )
 from sage.editing.entry_measures import aggregate, entry_metrics, observe
-from sage.editing.scorer import LMScorer
+from sage.editing.key_statistics import corpus_name
+from sage.editing.target_scoring import LMScorer
 from sage.errors import SageInputError
-from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, git_revision, package_versions
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,6 @@ def held_out_entries(data, framework: str, subset: str) -> list[EditRequest]:
 def context_frameworks(method: str, framework: str, batch: bool) -> tuple[str, ...]:
     """The frameworks whose files an editor of `framework`'s entries reads besides that framework's
     own (its pool and held-out entries): checked before any model loads."""
-    from sage.editing.base import EDITORS
 
     cls = EDITORS.get(method)
     needed = set(pool_frameworks(framework, batch)) if cls.uses_pool else set()
@@ -108,7 +109,6 @@ def editing_context(data, framework: str, subset: str, batch: bool, device: str 
                     corpus: str | None = None, method: str | None = None) -> EditContext:
     """What an editor of `framework`'s entries may use besides the model; with `method`, only the
     parts that method reads (`EditorBase.uses_pool`, `uses_held_out`)."""
-    from sage.editing.base import EDITORS
 
     cls = EDITORS.get(method) if method is not None else None
     return EditContext(pool=editing_pool(data, framework, subset, batch) if cls is None or cls.uses_pool else (),
@@ -151,7 +151,6 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
 def method_settings(method: str, seed: int, overrides: dict[str, Any], corpus: str | None) -> dict:
     """An editing method's part of what results depend on: its resolved hyperparameters."""
     hparams = make_editor(method, {"seed": seed, **overrides}).hparams.to_dict()
-    from sage.editing.key_statistics import corpus_name
 
     return {"method": method, "seed": seed, "hparams": hparams, "corpus": corpus_name(corpus)}
 
@@ -191,44 +190,19 @@ def _previous_summary(out: Path) -> dict:
         return {}
 
 
-def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = None,
-        added: bool = False) -> dict:
-    """Run one method over the configured frameworks; returns the summary dict. `edit=False`
-    only summarises the entries already done (a partial run, marked with its count).
-    `diagnostics`: per framework, what editors run elsewhere reported (a sweep's workers);
-    `added`: the caller has just stored new entries (a sweep), so the summary takes today's
-    versions and git hash rather than an earlier summary's."""
-    from sage.models.causal_lm import load_causal_lm
-
+def summarize(cfg: RunConfig, diagnostics: dict | None = None, added: bool = False) -> dict:
+    """Write and return one run's summary.json from its record store (entries are made by
+    `sage.editing.sweep.run_sweep`); a partial run is marked with its count.
+    `diagnostics`: per framework, what the sweep's editors reported; `added`: the caller has just
+    stored new entries, so the summary takes today's versions and git hash rather than an earlier
+    summary's."""
     data = load_all(cfg.data, cfg.frameworks, cfg.subset, cfg.limit)
     out = run_dir(cfg)
     settings = run_settings(cfg)
     check_resume_settings(out, settings, legacy=out / "summary.json")
-    # One record per entry, keyed by its uid, through the shared torn-tail-safe store.
-    store = RecordStore(out / "entries.jsonl", key_field="uid")
-    done = store.records
+    done = RecordStore(out / "entries.jsonl", key_field="uid").records
     previous = _previous_summary(out)
     diagnostics = {**(previous.get("editor") or {}), **(diagnostics or {})}
-    n_before = len(done)
-    # Taken before editing: the code that makes this sitting's records, even if a commit lands
-    # while it runs.
-    made_by, versions_now = git_revision(), package_versions()
-    for fw, reqs in data.items():
-        todo = [r for r in reqs if r.uid not in done]
-        if not todo or not edit:
-            continue
-        lm = lm or load_causal_lm(cfg.model, device=cfg.device, dtype=cfg.dtype,
-                                 device_map=cfg.device_map)  # not loaded when only summarising
-        editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
-                             editing_context(cfg.data, fw, cfg.subset, cfg.batch, cfg.device, cfg.corpus,
-                                             method=cfg.method))
-        if cfg.batch and not editor.supports_batch:
-            raise SageInputError(f"method {cfg.method!r} does not batch; drop --batch")
-        step = [todo] if cfg.batch else [[r] for r in todo]
-        for group in progress_bar(step, desc=f"{cfg.method} {fw}", leave=False):
-            store.append(row for row in evaluate(editor, lm, group, batch=cfg.batch, git=made_by))
-        if editor.diagnostics():
-            diagnostics[fw] = editor.diagnostics()
     # A directory filled one framework per call (`sage edit --framework X`) is summarised whole:
     # frameworks with records here are included even when this call did not ask for them.
     present = {row.get("framework") for row in done.values()}
@@ -241,10 +215,10 @@ def run(cfg: RunConfig, lm=None, edit: bool = True, diagnostics: dict | None = N
     rows = [row for uid, row in done.items() if uid in wanted]
     # Versions and git hash describe the code that made the records: a call that only summarises
     # (e.g. on a machine without torch installed) keeps the ones recorded when they were made.
-    if len(done) == n_before and not added and previous.get("versions"):
+    if not added and previous.get("versions"):
         versions, git = previous["versions"], previous.get("git")
     else:
-        versions, git = versions_now, made_by
+        versions, git = package_versions(), git_revision()
     summary = {
         **settings, "limit": cfg.limit, "versions": versions, "git": git,
         "frameworks": {fw: aggregate(r for r in rows if r["framework"] == fw) for fw in data},

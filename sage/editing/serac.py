@@ -21,6 +21,8 @@ and settings. `serac-icl` (serac_icl.py) is the earlier training-light variant.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -32,9 +34,13 @@ from sage.api import TargetScore, TargetScorer
 from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
-from sage.editing.scorer import LMScorer, target_nll
+from sage.editing.key_statistics import model_key
+from sage.editing.profiles import profile_for
+from sage.editing.target_scoring import LMScorer, target_nll
 from sage.errors import SageInputError
+from sage.models.resolve import bundled_embedder_path
 from sage.progress import progress_bar
+from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +192,6 @@ def _lora_targets(model: Any, n_last: int) -> list[str]:
     """Full names of the linear modules in the last `n_last` transformer blocks."""
     import torch
 
-    from sage.editing.profiles import profile_for
 
     profile = profile_for(model)
     n = profile.n_layers(model)
@@ -203,13 +208,11 @@ def counterfactual_model(lm: Any, hp: SeracHParams, entries: Sequence[EditReques
                          adapter_state: dict | None):
     """A copy of the base model with trained (or loaded) LoRA weights merged in. Returns
     (model, adapter state, training info)."""
-    import copy
 
     import torch
     from peft import LoraConfig, get_peft_model
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
-    from sage.editing.profiles import profile_for
 
     model = copy.deepcopy(lm.model)
     torch.manual_seed(hp.seed)
@@ -277,8 +280,6 @@ class SeracScorer(TargetScorer):
                 for p, j in zip(best.values, best.indices)]
 
     def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
-        import dataclasses
-
         self.calls += 1
         routes = self.route(prompts)
         inside = [i for i, r in enumerate(routes) if r is not None]
@@ -324,10 +325,6 @@ class SeracEditor(EditorBase):
         return self._diagnostics
 
     def _cache_dir(self, lm: Any, held_out: Sequence[EditRequest]):
-        from sage.editing.key_statistics import model_key
-        from sage.models.resolve import bundled_embedder_path
-        from sage.settings import cache_dir
-
         hp = {k: v for k, v in self.hparams.to_dict().items() if k != "threshold"}
         raw = json.dumps({"model": model_key(lm.model), "held_out": sorted(e.uid for e in held_out),
                           "embedder": self.hparams.embedder or str(bundled_embedder_path()),
@@ -337,7 +334,6 @@ class SeracEditor(EditorBase):
     def _train(self, lm: Any, under_test: Sequence[EditRequest]):
         import torch
 
-        from sage.models.resolve import bundled_embedder_path
 
         test_uids = {r.uid for r in under_test}
         held_out = [e for e in self.context.held_out if e.uid not in test_uids]

@@ -12,15 +12,18 @@ SERAC as published.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import numpy as np
 
 from sage.api import TargetScore, TargetScorer
 from sage.editing.base import EDITORS, EditorBase, HParams, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.ike import embed, fact_line
-from sage.editing.scorer import LMScorer
+from sage.editing.target_scoring import LMScorer
 from sage.errors import SageInputError
 
 
@@ -37,8 +40,6 @@ class SeracIclHParams(HParams):
 
 
 def pair_features(u, v):
-    import numpy as np
-
     return np.concatenate([u * v, np.abs(u - v)], axis=-1)
 
 
@@ -57,8 +58,6 @@ class SeracIclScorer(TargetScorer):
         self.routed_in_scope = 0
 
     def route(self, prompts: Sequence[str]) -> list[EditRequest | None]:
-        import numpy as np
-
         q = embed(prompts, self.embedder)
         out = []
         for row in q:
@@ -78,8 +77,6 @@ class SeracIclScorer(TargetScorer):
         return self._routed(prompts)[1]
 
     def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
-        import dataclasses
-
         self.calls += 1
         routes, conditioned = self._routed(prompts)
         return [dataclasses.replace(s, routed=r is not None)
@@ -106,7 +103,6 @@ class SeracIclEditor(EditorBase):
                 self._emb[t] = v
 
     def train_classifier(self, exclude: set[str]):
-        import numpy as np
         from sklearn.linear_model import LogisticRegression
 
         train = [e for e in self.context.pool if e.uid not in exclude]

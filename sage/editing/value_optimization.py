@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from sage.editing.capture import hooked
 from sage.editing.dataset import EditRequest
 from sage.editing.profiles import ModelProfile
-from sage.editing.scorer import target_logits, target_logprobs
+from sage.editing.target_scoring import PairBatch, target_logits, target_logprobs
 from sage.models.kv_cache import cache_kwargs, new_cache
 from sage.progress import progress_bar
 
@@ -111,7 +111,6 @@ def _pack(parts: Sequence[_Rows], pad: int, dev):
     the subject's last token. Returns (PairBatch in suffix coordinates, packed kv, row owners)."""
     import torch
 
-    from sage.editing.scorer import PairBatch
 
     width_p = max(p.prefix_mask.shape[1] for p in parts)
     suffixes = [s for p in parts for s in p.suffix]

@@ -26,6 +26,9 @@ from sage.api import Executor, WorkerPool
 from sage.errors import SageInputError
 from sage.executors.base import EXECUTORS, ExecutorOptions
 
+# The `sage` package directory, shipped to the workers (without importing `sage`, which sits above executors).
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "the ray executor needs Ray: install it with `pip install 'sage-consistency[ray]'`"
@@ -137,10 +140,8 @@ class RayExecutor(Executor):
         if not self.ray.is_initialized():
             address = self.options.address or os.environ.get("RAY_ADDRESS")
             log.info("connecting to Ray at %s", address or "a new local cluster")
-            import sage
-
             self.ray.init(address=address, include_dashboard=False, configure_logging=False,
-                          runtime_env={"py_modules": [str(Path(sage.__file__).parent)]})
+                          runtime_env={"py_modules": [str(_PACKAGE_DIR)]})
             self._started = True
         self._pools: dict[str, _Pool] = {}
 
@@ -165,13 +166,11 @@ class RayExecutor(Executor):
         return max(1, int(cpus // self.options.cpus_per_worker))
 
     def _runtime_env(self, threads: int) -> dict:
-        import sage
-
         env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARD_ENV)}
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
         # A cluster this executor joined got the package with the job (`py_modules`); one started by
         # the caller did not, so point its workers at the driver's copy (same machine or shared disk).
-        root = str(Path(sage.__file__).resolve().parents[1])
+        root = str(_PACKAGE_DIR.parent)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         return {"env_vars": env}
 

@@ -13,6 +13,11 @@ from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
 from sage.generation.base import BACKENDS, BackendOptions, request_seed
+from sage.generation.hf_batching import decode
+from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
+from sage.models.causal_lm import load_causal_lm
+from sage.models.identity import fingerprint, text_digest
+from sage.settings import default_device
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +28,6 @@ class TransformersBackend(GenerationBackend):
     reports_sampled_logprobs = True
 
     def __init__(self, model: str, options: BackendOptions | None = None):
-        from sage.models.causal_lm import load_causal_lm
-        from sage.settings import default_device
-
         self.options = options or BackendOptions()
         self.device = self.options.device or default_device()
         self._model_id = model
@@ -47,8 +49,6 @@ class TransformersBackend(GenerationBackend):
         return self
 
     def _init_tokens(self) -> None:
-        from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
-
         tok = self.lm.tokenizer
         self.prompts = PromptTokens(tok, self._model_id)
         self.eos_ids = eos_token_ids(tok, self.lm.model.generation_config)
@@ -59,8 +59,6 @@ class TransformersBackend(GenerationBackend):
         return self._model_id
 
     def identity(self) -> dict:
-        from sage.models.identity import fingerprint, text_digest
-
         return {"backend": self.name, "model": self._model_id,
                 "weights": fingerprint(self.lm.source or self.lm.path),
                 "dtype": str(next(self.lm.model.parameters()).dtype).replace("torch.", ""),
@@ -81,7 +79,6 @@ class TransformersBackend(GenerationBackend):
         `continuous_batching` a row that finishes is replaced by the next waiting prompt (see
         `sage.generation.hf_batching`), otherwise the queue is decoded in fixed batches; with
         `prefix_caching` the first tokens all prompts of a group share are run once."""
-        from sage.generation.hf_batching import decode
 
         ids = [self.prompts.ids(r) for r in requests]
         cands = [self.prompts.candidate_ids(r, p) if r.params.candidates else [] for r, p in zip(requests, ids)]

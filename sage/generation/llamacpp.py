@@ -15,9 +15,19 @@ import logging
 import os
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.errors import SageInputError
-from sage.generation.base import BACKENDS, BackendError, BackendOptions, request_seed
+from sage.generation.base import (
+    BACKENDS,
+    BackendError,
+    BackendOptions,
+    first_token_after,
+    request_seed,
+)
+from sage.models.identity import fingerprint
+from sage.models.resolve import resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +41,6 @@ class LlamaCppBackend(GenerationBackend):
             raise BackendError(
                 "the llamacpp backend needs llama-cpp-python: `pip install 'sage-consistency[bundled]'`"
             )
-        from sage.models.resolve import resolve_model_path
 
         self.options = options or BackendOptions()
         self._model_id = model
@@ -60,8 +69,6 @@ class LlamaCppBackend(GenerationBackend):
         return self._model_id
 
     def identity(self) -> dict:
-        from sage.models.identity import fingerprint
-
         # The chat template is GGUF metadata, so the file's fingerprint covers it.
         return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.path)}
 
@@ -81,9 +88,7 @@ class LlamaCppBackend(GenerationBackend):
     def _candidate_logprobs(self, req: GenerationRequest, n_prompt: int) -> dict[str, float]:
         """Completion prompts: each candidate's first token as written right after the prompt
         (`first_token_after`); chat prompts (rendered inside llama.cpp): the candidate tokenized alone."""
-        import numpy as np
 
-        from sage.generation.base import first_token_after
 
         llm = self._llm(True)
         row = np.asarray(llm.scores[n_prompt - 1], dtype=np.float64)  # logits for the first new token

@@ -26,6 +26,10 @@ from typing import Sequence
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.generation import vllm_engine
 from sage.generation.base import BACKENDS, BackendOptions, request_seed
+from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
+from sage.models.causal_lm import model_dir, resolve_dtype
+from sage.models.identity import fingerprint, text_digest
+from sage.models.resolve import resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +41,6 @@ class VLLMBackend(GenerationBackend):
     name = "vllm"
 
     def __init__(self, model: str, options: BackendOptions | None = None):
-        from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
-        from sage.models.causal_lm import model_dir, resolve_dtype
-        from sage.models.resolve import resolve_model_path
-
         self._vllm = vllm_engine.import_vllm()
         self.options = options or BackendOptions()
         self._model_id = model
@@ -76,8 +76,6 @@ class VLLMBackend(GenerationBackend):
         return self._model_id
 
     def identity(self) -> dict:
-        from sage.models.identity import fingerprint, text_digest
-
         return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.source),
                 "dtype": self.dtype, "device": self.device,
                 "chat_template": text_digest(getattr(self.prompts.tokenizer, "chat_template", None))}

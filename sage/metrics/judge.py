@@ -32,6 +32,10 @@ from sage.api import (
     PairwiseSimilarity,
     SamplingParams,
 )
+from sage.errors import SageInputError
+from sage.generation.base import BackendOptions, build_requests
+from sage.generation.factory import make_backend
+from sage.generation.model_specs import resolve_model
 from sage.metrics.similarity import SIMILARITIES
 from sage.progress import progress_bar
 
@@ -82,9 +86,6 @@ class JudgeSimilarity(PairwiseSimilarity):
 
     def __init__(self, model: str, backend: str | None = None, base_urls: Sequence[str] = (),
                  device: str | None = None, batch_size: int = 16, cache_path: str | None = None):
-        from sage.generation.base import BackendOptions
-        from sage.generation.factory import make_backend
-        from sage.generation.model_specs import resolve_model
 
         self.model_name = model
         self.spec = resolve_model(model, backend=backend or ("openai" if base_urls else None))
@@ -100,8 +101,6 @@ class JudgeSimilarity(PairwiseSimilarity):
 
     @classmethod
     def from_options(cls, o):
-        from sage.errors import SageInputError
-
         if not o.judge_model:
             raise SageInputError("--sge-edges judge needs --judge-model NAME (an alias such as smollm2-135m, "
                                  "a Hugging Face id in the local cache, a path, or an API model with --judge-base-url)")
@@ -109,8 +108,6 @@ class JudgeSimilarity(PairwiseSimilarity):
                    batch_size=o.judge_batch_size, cache_path=o.cache_path)
 
     def _judge(self, todo: list[tuple]) -> None:
-        from sage.generation.base import build_requests
-
         bar = progress_bar(total=len(todo), desc="judge pairs", unit="pair", enabled=None, leave=False)
         for start in range(0, len(todo), CHUNK):
             chunk = todo[start:start + CHUNK]

@@ -63,7 +63,7 @@ def label_indices(id2label: dict) -> dict[str, int]:
     return found
 
 
-class NLIScorer:
+class NLIClassifier:
     """A sequence-classification NLI model: label probabilities of (premise, hypothesis) pairs."""
 
     def __init__(self, model: str, device: str | None = None, batch_size: int = 32, max_length: int = 512):
@@ -115,8 +115,8 @@ class NLISimilarity(PairwiseSimilarity):
         self.model_name = model
         self.edge = edge
         self.question = question
-        self.scorer = NLIScorer(model, device=device, batch_size=batch_size)
-        self.clock = self.scorer.clock
+        self.classifier = NLIClassifier(model, device=device, batch_size=batch_size)
+        self.clock = self.classifier.clock
         self._probs: dict[tuple[str, str], np.ndarray] = {}
         self.n_scored = 0  # ordered pairs sent to the model in this run
 
@@ -141,7 +141,7 @@ class NLISimilarity(PairwiseSimilarity):
                                   for j, b in enumerate(x) if g[i] != g[j] and (a, b) not in self._probs))
         if todo:
             log.info("NLI: %d ordered pairs", len(todo))
-            for pair, p in zip(todo, self.scorer.probabilities(todo)):
+            for pair, p in zip(todo, self.classifier.probabilities(todo)):
                 self._probs[pair] = p
             self.n_scored += len(todo)
         out = []
@@ -183,7 +183,7 @@ class NLISimilarity(PairwiseSimilarity):
         self._probs.clear()
 
     def describe(self):
-        return {"name": self.name, "model": self.model_name, "path": self.scorer.path, "edge": self.edge,
-                "labels": self.scorer.labels, "entailment_rule": "argmax label is entailment",
+        return {"name": self.name, "model": self.model_name, "path": self.classifier.path, "edge": self.edge,
+                "labels": self.classifier.labels, "entailment_rule": "argmax label is entailment",
                 "question_conditioning": self.question,
-                "max_length": self.scorer.max_length, "ordered_pairs_scored": self.n_scored}
+                "max_length": self.classifier.max_length, "ordered_pairs_scored": self.n_scored}

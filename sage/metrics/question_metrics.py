@@ -15,6 +15,12 @@ import numpy as np
 from sage.api import EntailmentRelations
 from sage.errors import SageInputError
 from sage.metrics import graph_measures as gm
+from sage.metrics.semantic_entropy import (
+    cluster_ids,
+    discrete_semantic_entropy,
+    equivalence_matrix,
+    weighted_semantic_entropy,
+)
 from sage.metrics.sge import UNDEFINED, distances_from_similarity, sge_from_distances
 from sage.metrics.similarity import SIMILARITIES, upper_mean
 from sage.registry import Registry
@@ -248,13 +254,6 @@ class SemanticEntropyMetric(QuestionMetric):
         return equivalence_edges(config)
 
     def columns(self, config, view):
-        from sage.metrics.semantic_entropy import (
-            cluster_ids,
-            discrete_semantic_entropy,
-            equivalence_matrix,
-            weighted_semantic_entropy,
-        )
-
         edges = equivalence_edges(config)
         ll = _log_likelihoods(view)
         out = {}

@@ -13,6 +13,7 @@ import numpy as np
 
 from sage.api import PairwiseSimilarity
 from sage.metrics import lexical
+from sage.metrics.encoder import greedy_bertscore_f1, shared_encoder
 from sage.metrics.forward_clock import ForwardClock
 from sage.models.resolve import resolve_model_path
 from sage.registry import Registry
@@ -68,8 +69,6 @@ class CosineSimilarity(PairwiseSimilarity):
     name = "cosine"
 
     def __init__(self, model: str | None = None, device: str | None = None, backend: str = "torch"):
-        from sage.metrics.encoder import shared_encoder
-
         self.model_name = model or "all-minilm-l6-v2"
         self.encoder = shared_encoder(model, device, backend)
         self.clock = self.encoder.clock
@@ -107,7 +106,6 @@ class BertScoreSimilarity(PairwiseSimilarity):
     def __init__(self, model: str | None = None, num_layers: int | None = None,
                  device: str | None = None, batch_size: int = 64, embedder: str | None = None,
                  backend: str = "torch"):
-        from sage.metrics.encoder import shared_encoder
 
         self.model_name = model or embedder or "all-minilm-l6-v2"
         self.batch_size = batch_size
@@ -139,7 +137,6 @@ class BertScoreSimilarity(PairwiseSimilarity):
 
     def matrices(self, groups, contexts=None):
         if self.shared:
-            from sage.metrics.encoder import greedy_bertscore_f1
 
             return [greedy_bertscore_f1(self.encoder.token_embeddings(g)) if len(g) > 1 else np.eye(len(g))
                     for g in groups]

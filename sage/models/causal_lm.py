@@ -6,12 +6,15 @@ safetensors checkpoint under the cache directory, so later loads take under a se
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from sage.errors import SageInputError
+from sage.models.identity import fingerprint
 from sage.models.resolve import resolve_model_path
 from sage.settings import cache_dir
 
@@ -66,7 +69,6 @@ def _drop_gguf_quantization(folder: Path) -> None:
     """Make the saved config a plain one: the weights are dequantized, but the config copied from
     the GGUF-loaded model still says `quantization_config: {quant_method: gguf}`, which vLLM
     refuses ("Unknown quantization method: gguf"). Rewritten atomically."""
-    import json
 
     path = folder / "config.json"
     config = json.loads(path.read_text(encoding="utf-8"))
@@ -94,7 +96,6 @@ def resolve_dtype(dtype: str, device: str | None) -> str:
     """`auto`: bfloat16 on a CUDA device that supports it (float16 on one that does not),
     float32 on the CPU; any other name must be one of DTYPES."""
     if dtype not in DTYPES:
-        from sage.errors import SageInputError
 
         raise SageInputError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
     if dtype != "auto":
@@ -116,7 +117,6 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32",
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sage.models.identity import fingerprint
 
     dtype = resolve_dtype(dtype, None if device_map else device)
     source = resolve_model_path(name, what="generator model")

@@ -8,6 +8,7 @@ read from the forward's signature instead.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 
@@ -32,7 +33,5 @@ def output_cache(out: Any):
 
 @functools.lru_cache(maxsize=None)
 def _cache_arg_name(base_model_cls) -> str:
-    import inspect
-
     params = inspect.signature(base_model_cls.forward).parameters
     return "cache" if "cache" in params else "past_key_values"

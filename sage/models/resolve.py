@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sage.errors import ModelNotAvailableError
 from sage.models.aliases import HUB_IDS, hub_id, looks_like_hub_id
+from sage.models.hub import cached_snapshot, download_model
 from sage.settings import offline
 
 BUNDLED_EMBEDDER = "all-minilm-l6-v2"
@@ -71,7 +72,6 @@ def resolve_model_path(name: str, *, what: str = "model", download: bool = True)
     repo_id = hub_id(name)
     shown = repo_id if repo_id == name else f"{name} ({repo_id})"
     if looks_like_hub_id(repo_id):
-        from sage.models.hub import cached_snapshot
 
         snap = cached_snapshot(repo_id)
         if snap is not None:
@@ -79,7 +79,6 @@ def resolve_model_path(name: str, *, what: str = "model", download: bool = True)
         if not offline():
             if not download:
                 return None
-            from sage.models.hub import download_model
 
             return download_model(repo_id, what=what)
         hf_home = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))

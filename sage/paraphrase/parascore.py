@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sage.models.resolve import bundled_embedder_path, resolve_model_path
+
 log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLD = 0.8  # SaGE paper; the authors' code used 0.6
@@ -68,8 +70,6 @@ class ParaScorer:
         omega: float = OMEGA,
         gamma: float = GAMMA,
     ):
-        from sage.models.resolve import bundled_embedder_path, resolve_model_path
-
         self.model_path = str(
             resolve_model_path(str(model_path), what="ParaScore encoder") if model_path else bundled_embedder_path()
         )

@@ -7,11 +7,23 @@
   (`sage generate`); `generate_and_score`: generation then scoring, the one path of
   `sage score --model` and of `score`; `python_api`: `score(questions, answer_fn)`.
 """
-from sage.pipeline.config import AnswerConfig, ModelRole, ParaScoreConfig, PipelineConfig, RotConfig
+from sage.pipeline.config import (
+           AnswerConfig,
+           ModelRole,
+           ParaScoreConfig,
+           PipelineConfig,
+           RotConfig,
+)
 from sage.pipeline.generate_and_score import generate_and_score
 from sage.pipeline.paraphrase_stage import ParaphraseConfig
 from sage.pipeline.python_api import score
-from sage.pipeline.run import generate_answers, generate_paraphrases, generate_rots, load_table, run_pipeline
+from sage.pipeline.run import (
+           generate_answers,
+           generate_paraphrases,
+           generate_rots,
+           load_table,
+           run_pipeline,
+)
 
 __all__ = ["AnswerConfig", "ModelRole", "ParaScoreConfig", "ParaphraseConfig", "PipelineConfig", "RotConfig",
            "generate_and_score", "generate_answers", "generate_paraphrases", "generate_rots", "load_table",

@@ -15,6 +15,8 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from sage.api import SamplingParams
 from sage.data.files import write_table
 from sage.data.questions import read_questions, read_string_table
@@ -184,7 +186,6 @@ def _require(df, columns: list[str], what: str) -> None:
 
 def _expand_samples(paraphrases, samples: int):
     """Each paraphrase row repeated per sample, in the order `answer_items` enumerates them."""
-    import numpy as np
 
     base = paraphrases.reset_index(drop=True)
     df = base.loc[base.index.repeat(samples)].reset_index(drop=True)

@@ -16,7 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from sage.annotation.correlation import metric_columns, read_question_scores
 from sage.errors import SageInputError
+from sage.metrics.stats import bootstrap_mean_ci
+from sage.reporting import figures
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +56,13 @@ def _ci_cell(s: dict | None) -> str:
 
 
 def load_run(run_dir: Path, correlation: Path | None = None) -> dict[str, Any]:
-    from sage.annotation.correlation import read_questions
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise SageInputError(f"{run_dir}: not a directory; pass the run directory written by 'sage score'")
     qpath = run_dir / "questions.csv"
     if not qpath.is_file():
         raise SageInputError(f"{run_dir}: no questions.csv; pass the run directory written by 'sage score'")
-    questions = read_questions(qpath)
+    questions = read_question_scores(qpath)
     summary = None
     if (run_dir / "summary.json").is_file():
         try:
@@ -90,7 +91,6 @@ def load_run(run_dir: Path, correlation: Path | None = None) -> dict[str, Any]:
 
 def model_summary(questions, metrics: list[str], summary: dict | None, n_boot: int, seed: int) -> dict[str, dict]:
     """{model: {metric: {mean, ci_low, ci_high, n}}}: from summary.json, else bootstrapped here."""
-    from sage.metrics.stats import bootstrap_mean_ci
 
     out: dict[str, dict] = {}
     for model, q in questions.groupby("model", sort=False):
@@ -126,8 +126,6 @@ def extremes(questions, responses, rank_by: str, k: int) -> dict[str, dict[str, 
 def build_report(run_dir: Path, out_html: Path | None = None, out_md: Path | None = None,
                  correlation: Path | None = None, rank_by: str | None = None, top_k: int = 5,
                  n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    from sage.annotation.correlation import metric_columns
-    from sage.reporting import figures
 
     data = load_run(run_dir, correlation)
     q = data["questions"]

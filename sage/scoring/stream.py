@@ -79,7 +79,7 @@ def score_responses(
     if skipped:
         log.warning("%s: skipping %d rows with empty texts (rows %s)", source, len(skipped), skipped[:10])
 
-    scorer = _ChunkScorer(config, on, pair_edges)
+    chunk_metrics = _ChunkMetrics(config, on, pair_edges)
     sinks = ({name: TableSink(Path(out_dir) / f"{name}.{table_format}") for name in ("responses", "edges")}
              if out_dir is not None else None)
     kept: dict[str, list] = {"responses": [], "edges": []}
@@ -89,7 +89,7 @@ def score_responses(
     fix_mmap_threshold()  # memory flat over chunks (sage/scoring/malloc_tuning.py)
     for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
         chunk = canonical_order(chunk.reset_index(drop=True))
-        rows, edges = scorer.score(chunk)
+        rows, edges = chunk_metrics.score(chunk)
         question_rows += rows
         for name, part in (("responses", chunk), ("edges", edges)):
             if sinks is not None:
@@ -108,10 +108,10 @@ def score_responses(
     if len(questions):  # the order questions first appear in the table, whatever order they finished in
         order = [index.order[(m, q)] for m, q in zip(questions["model"], questions["question_id"])]
         questions = questions.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
-    timings = {**scorer.timings, "total": time.perf_counter() - t_start}
+    timings = {**chunk_metrics.timings, "total": time.perf_counter() - t_start}
     summary = summarize(questions, index, config, on, skipped, source, timings)
-    summary["similarities"] = {n: sim.describe() for n, sim in scorer.similarities.items()}
-    summary["warnings"] = [w for sim in scorer.similarities.values() for w in sim.warnings()]
+    summary["similarities"] = {n: sim.describe() for n, sim in chunk_metrics.similarities.items()}
+    summary["warnings"] = [w for sim in chunk_metrics.similarities.values() for w in sim.warnings()]
     for w in summary["warnings"]:
         log.warning("%s", w)
     if pair_edges is not None:
@@ -127,7 +127,7 @@ def score_responses(
     return ScoreResult(questions=questions, summary=summary, responses=joined["responses"], edges=joined["edges"])
 
 
-class _ChunkScorer:
+class _ChunkMetrics:
     """Scores chunks of whole questions with similarities built once per run."""
 
     def __init__(self, config: ScoreConfig, on: tuple[str, ...], pair_edges):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sage.data.files import write_table
 from sage.data.responses import write_responses
 from sage.metrics.question_metrics import (
     QUESTION_METRICS,
@@ -32,7 +33,6 @@ class ScoreResult:
     def write(self, out_dir: str | Path, table_format: str = "csv") -> Path:
         """questions, summary.json, summary.md, and responses and edges when held in memory (a run
         scored with `out_dir` streamed those there already)."""
-        from sage.data.files import write_table
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ A method named `memit:batch` applies all chosen entries in one edit (methods tha
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import asdict, dataclass, field
@@ -23,8 +24,20 @@ import numpy as np
 import pandas as pd
 
 from sage.data.records import RecordStore
+from sage.editing.base import EDITORS, check_batch_mode, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
+from sage.editing.entry_measures import aggregate
+from sage.editing.runner import editing_context, evaluate, method_settings
+from sage.editing.target_scoring import LMScorer
 from sage.errors import SageInputError
+from sage.executors import make_executor
+from sage.generation.cache import CachedBackend, GenerationCache
+from sage.generation.hf import TransformersBackend
+from sage.generation.model_specs import resolve_model
+from sage.metrics.fluency import mean_ngram_entropy
+from sage.metrics.stats import bootstrap_mean_ci
+from sage.models.causal_lm import load_causal_lm
+from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
 from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
@@ -60,8 +73,6 @@ class StudyConfig:
     device_map: str | None = None
 
     def __post_init__(self):
-        from sage.editing.base import EDITORS
-
         if not self.methods:
             raise SageInputError("no methods given; pass --method (e.g. rome, lora, ike, memit:batch)")
         for m in self.methods:
@@ -93,11 +104,6 @@ def state_name(method: str) -> str:
 
 class _Study:
     def __init__(self, cfg: StudyConfig, lm=None):
-        from sage.generation.cache import CachedBackend, GenerationCache
-        from sage.generation.hf import TransformersBackend
-        from sage.generation.model_specs import resolve_model
-        from sage.models.causal_lm import load_causal_lm
-
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.entries = [r for fw in cfg.frameworks
@@ -113,7 +119,6 @@ class _Study:
 
     # ------------------------------------------------------------------ open questions
     def open_paraphrases(self) -> dict[str, list[str]]:
-        from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
         from sage.pipeline.paraphrase_stage import (
             ParaphraseConfig,
             paraphrase_table,
@@ -176,7 +181,6 @@ class _Study:
 
     def pre_records(self, reqs: Sequence[EditRequest], open_qs) -> list[dict]:
         """The unedited model's texts for `reqs`, one record each."""
-        from sage.editing.scorer import LMScorer
 
         scorer = LMScorer(self.lm.model, self.lm.tokenizer)
         out = []
@@ -189,8 +193,6 @@ class _Study:
     def method_records(self, method: str, group: Sequence[EditRequest], open_qs, editors: dict) -> list[dict]:
         """Edit with `method` (the whole group in one edit), generate through the edited model,
         restore; one record per entry. `editors` keeps one editor per framework across calls."""
-        from sage.editing.base import make_editor
-        from sage.editing.runner import editing_context, evaluate
 
         name, _, mode = method.partition(":")
         cfg = self.cfg
@@ -200,8 +202,7 @@ class _Study:
                                       editing_context(cfg.data, fw, cfg.subset, mode == "batch",
                                                       cfg.device, cfg.corpus, method=name))
         editor = editors[fw]
-        if mode == "batch" and not editor.supports_batch:
-            raise SageInputError(f"method {name!r} does not batch; use {name!r} without ':batch'")
+        check_batch_mode(name, mode == "batch")
         rows = evaluate(editor, self.lm, group, batch=True,
                         during=lambda scorer, grp: self._generate_edited(name, scorer, grp, open_qs))
         texts = {row["uid"]: row.pop("during") for row in rows}
@@ -218,8 +219,6 @@ class _Study:
         return store
 
     def run_method(self, method: str, open_qs, executor=None) -> RecordStore:
-        from sage.editing.runner import method_settings
-
         name, _, mode = method.partition(":")
         cfg = self.cfg
         overrides = {"seed": cfg.seed, **cfg.overrides.get(name, {})}
@@ -235,9 +234,7 @@ class _Study:
 
     def _run_units(self, units, open_qs, store: RecordStore, desc: str, executor) -> None:
         """Units (state, uids) on the executor's study workers; the driver appends each result."""
-        import functools
 
-        from sage.executors import make_executor
 
         if not units:
             return
@@ -276,7 +273,6 @@ class StudyWorker:
 # --------------------------------------------------------------------------- scoring
 def score_states(states: dict[str, RecordStore], uids: Sequence[str], seed: int) -> pd.DataFrame:
     """Long table (state, uid, probe, metric, value) over every state's stored texts."""
-    from sage.metrics.fluency import mean_ngram_entropy
     from sage.scoring import score_responses
 
     rows, long = [], []
@@ -301,7 +297,6 @@ def score_states(states: dict[str, RecordStore], uids: Sequence[str], seed: int)
 
 def paired_changes(scores: pd.DataFrame, methods: Sequence[str], n_boot: int, seed: int) -> pd.DataFrame:
     """Per method, probe and metric: pre and post means and the mean paired change with a CI."""
-    from sage.metrics.stats import bootstrap_mean_ci
 
     # unstack, not pivot_table: an all-undefined (NaN) probe/metric must stay, as a row with n = 0
     wide = scores.drop_duplicates(["state", "uid", "probe", "metric"]).set_index(
@@ -356,7 +351,6 @@ def _markdown(changes: pd.DataFrame, edit: dict, cfg: StudyConfig, n_entries: in
 def run_study(cfg: StudyConfig, lm=None, executor=None) -> dict:
     """`executor` (an `Executor` or its name; default: this process) runs the pre-edit texts and each
     method's edits as (state, entry) units on its workers; records are written here."""
-    from sage.executors import make_executor
 
     ex = make_executor(executor)
     try:
@@ -367,8 +361,6 @@ def run_study(cfg: StudyConfig, lm=None, executor=None) -> dict:
 
 
 def _run_study(cfg: StudyConfig, lm, executor) -> dict:
-    from sage.editing.entry_measures import aggregate
-
     study = _Study(cfg, lm)
     out = study.out
     out.mkdir(parents=True, exist_ok=True)

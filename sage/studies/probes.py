@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from sage.api import GenerationBackend, SamplingParams
+from sage.api import GenerationBackend, GenerationRequest, SamplingParams
 from sage.editing.dataset import EditRequest
 from sage.generation.base import build_requests
 from sage.pipeline.stages import (
@@ -55,7 +55,6 @@ def _context_prefix(conditioned: str, original: str) -> str:
 def complete(backend: GenerationBackend, scorer: Any, prompts: Sequence[str], max_new_tokens: int,
              seed: int) -> list[str]:
     """Greedy continuations of `prompts` through `scorer`'s conditioning."""
-    from sage.api import GenerationRequest
 
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=seed)
     reqs = [GenerationRequest(prompt=p, params=params) for p in scorer.condition_prompts(prompts)]

@@ -82,7 +82,7 @@ def test_a_non_string_answer_is_a_type_error_naming_the_question(tmp_path):
 def test_skip_invalid_lists_a_question_whose_answers_are_all_empty(tmp_path):
     """The CLI path: `sage score --responses F --skip-invalid` on a table where one question has only
     empty answers counts and lists it (n = 0) instead of dropping it."""
-    from cli_helpers import run_sage
+    from fixtures_cli import run_sage
 
     df = pd.read_csv("examples/responses_demo.csv")
     first, model = df["question_id"].iloc[0], df["model"].iloc[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from sage.editing import value_optimization as vo
-from sage.editing.scorer import target_logits, target_logprobs
+from sage.editing.target_scoring import target_logits, target_logprobs
 from sage.models.kv_cache import cache_kwargs, new_cache
 
 

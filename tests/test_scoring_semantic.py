@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from cli_helpers import assert_clean_error, run_sage
-from nli_helpers import LABEL_ORDERS, make_tiny_nli
+from fixtures_cli import assert_clean_error, run_sage
+from fixtures_nli import LABEL_ORDERS, make_tiny_nli
 
 from sage.metrics.semantic_entropy import (
     cluster_ids,

@@ -3,7 +3,7 @@ a complete graph, two disjoint cliques and a star, and against independent scipy
 computations; then through `score_responses` on every edge similarity.
 
 LM-Polygraph's own estimators are compared on the same matrices in
-tests/test_graph_measures_polygraph.py."""
+tests/test_metrics_graph_measures_polygraph.py."""
 from __future__ import annotations
 
 import math
@@ -169,7 +169,7 @@ def test_every_graph_measure_on_every_edge_through_score_responses(quality100):
     each measure's column equals the function on the matrix rebuilt from the file, summary CIs,
     options recorded, lexsim is rouge_l computed once."""
     from sage.scoring import score_responses
-    from tests.test_pair_layout import authors_matrices
+    from tests.test_data_pair_layout import authors_matrices
 
     path = quality100 / "q100_gpt_3.5_edges.csv"
     edges = ("column:cosine_model_output", "column:rouge_model_output")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from cli_helpers import run_sage
+from fixtures_cli import run_sage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

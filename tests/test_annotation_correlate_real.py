@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from cli_helpers import run_sage
+from fixtures_cli import run_sage
 
 
 def _sage(*args):

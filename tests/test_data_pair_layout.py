@@ -12,7 +12,7 @@ import pytest
 from sage.data.responses import load_responses
 from sage.errors import SageInputError
 from sage.scoring import score_responses
-from tests.cli_helpers import assert_clean_error, run_sage
+from tests.fixtures_cli import assert_clean_error, run_sage
 
 
 def _independent_sge(sim: np.ndarray) -> float:

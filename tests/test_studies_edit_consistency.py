@@ -130,7 +130,7 @@ def test_resume_redoes_only_missing_entries(study, bundled_lm, countermoral_dir)
 
 
 def test_cli_bad_hparams_is_one_line(tmp_path):
-    from tests.cli_helpers import assert_clean_error, run_sage
+    from tests.fixtures_cli import assert_clean_error, run_sage
 
     bad = tmp_path / "h.json"
     bad.write_text("{not json")

@@ -15,6 +15,8 @@ import hashlib
 import json
 import socket
 import threading
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -223,3 +225,18 @@ class FakeHub(LoopbackServer):
 def read_dir(root: Path) -> dict[str, bytes]:
     """Every file under `root` as {relative posix path: bytes}."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def wait_until_serving(url: str, proc, what: str, log_name: str) -> None:
+    """Poll a starting server's `url` until it answers (no deadline: pytest-timeout guards against a
+    hang); if the process exits first, fail naming its log."""
+    import pytest
+
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except Exception:
+            if proc.poll() is not None:
+                pytest.fail(f"{what} exited with {proc.returncode} (see {log_name})")
+            time.sleep(0.5)  # polling a starting server

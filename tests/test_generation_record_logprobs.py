@@ -13,8 +13,8 @@ def test_answers_record_sequence_logprob_equal_to_teacher_forcing(bundled_lm, tm
 
     import torch
 
-    from sage.pipeline.stages import answer_messages
     from sage.pipeline import PipelineConfig, generate_answers
+    from sage.pipeline.stages import answer_messages
 
     para = pd.DataFrame({"question_id": ["q1", "q2"], "question": ["Is lying wrong?", "Should you help?"],
                          "paraphrase_id": [0, 0], "paraphrase": ["Is lying wrong?", "Should you help a stranger?"]})

@@ -10,7 +10,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes, llamacpp_direct_p_yes
+from fixtures_judge import ANSWERS, QUESTION, hf_direct_p_yes, llamacpp_direct_p_yes
 
 from sage.api import Generation, GenerationRequest, SamplingParams
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from tests.cli_helpers import kill_when
+from tests.fixtures_cli import kill_when
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -110,7 +110,7 @@ _RUNNER = textwrap.dedent("""
 
 def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path):
     # User-supplied paraphrases keep this test to the answer and RoT stages (the paraphrase stage
-    # resumes through the same record store; see test_paraphrase_stage.py).
+    # resumes through the same record store; see test_pipeline_paraphrase_stage.py).
     q = tmp_path / "q.csv"
     q.write_text("question_id,question,paraphrase\nq1,Is it wrong to lie?,Is lying wrong?\n"
                  "q1,Is it wrong to lie?,Is it bad to tell lies?\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nli_helpers import LABEL_ORDERS, make_tiny_nli
+from fixtures_nli import LABEL_ORDERS, make_tiny_nli
 
 from sage.errors import SageInputError
 from sage.metrics.nli import LABELS, NLISimilarity, label_indices

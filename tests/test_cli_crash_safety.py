@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import kill_when
+from tests.fixtures_cli import kill_when
 
 pytestmark = [pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def _rows(path: Path) -> list[dict]:
 
 def test_torn_last_entry_is_redone_once_and_the_others_kept(countermoral_dir, tmp_path):
     hp = tmp_path / "ft.json"
-    hp.write_text(json.dumps(FT))
+    hp.write_text(json.dumps({"ft-m": FT}))
     out = tmp_path / "out"
     cmd = _edit_cmd(countermoral_dir, out, hp, 3)
     subprocess.run(cmd, env=ENV, check=True, capture_output=True)
@@ -52,7 +52,7 @@ def test_torn_last_entry_is_redone_once_and_the_others_kept(countermoral_dir, tm
 
 def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral_dir, tmp_path):
     hp = tmp_path / "ft.json"
-    hp.write_text(json.dumps(FT))
+    hp.write_text(json.dumps({"ft-m": FT}))
     out = tmp_path / "out"
     cmd = _edit_cmd(countermoral_dir, out, hp, 4)
     path = out / "ft-m" / "broad" / "entries.jsonl"
@@ -60,10 +60,10 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     before = path.read_text().splitlines()
     assert 1 <= len(before) < 4
     # a partial run can be summarised as it stands, marked with its count, editing nothing
-    from sage.editing.runner import RunConfig, run
+    from sage.editing.runner import RunConfig, summarize
 
-    partial = run(RunConfig(method="ft-m", frameworks=("deontology",), out=out, data=str(countermoral_dir),
-                            limit=4, overrides=FT), edit=False)
+    partial = summarize(RunConfig(method="ft-m", frameworks=("deontology",), out=out, data=str(countermoral_dir),
+                                  limit=4, overrides=FT))
     assert (partial["n_entries"], partial["n_expected"]) == (len(before), 4)
     assert path.read_text().splitlines() == before
     kill_when(cmd, ENV, lambda: [path], len(before) + 1)  # restarted, killed again
@@ -89,8 +89,8 @@ def test_sigkill_during_an_editing_run_loses_and_duplicates_nothing(countermoral
     # summarising again (nothing edited) keeps the versions and git hash of the code that made the records
     summary_path = out / "ft-m" / "broad" / "summary.json"
     summary_path.write_text(json.dumps({**summary, "versions": {"torch": "the run's"}, "git": "abc"}))
-    again = run(RunConfig(method="ft-m", frameworks=("deontology",), out=out, data=str(countermoral_dir),
-                          limit=4, overrides=FT), edit=False)
+    again = summarize(RunConfig(method="ft-m", frameworks=("deontology",), out=out, data=str(countermoral_dir),
+                                limit=4, overrides=FT))
     assert (again["versions"], again["git"]) == ({"torch": "the run's"}, "abc")
 
 

@@ -11,6 +11,7 @@ from scipy import stats
 from test_annotation_data import designed_questions
 
 from sage.annotation.correlation import (
+    CorrelationSettings,
     _kendall_rows,
     _pearson_rows,
     _spearman_rows,
@@ -59,7 +60,7 @@ def test_designed_labels_give_known_correlations():
     noise = rng.random(11)
     q = _questions(truth, sge_answer=lambda h: h ** 2, bleu_answer=lambda h: -h, cosine_answer=lambda h: noise,
                    D_answer=lambda h: h)
-    res = run_correlation(labels, meta, q, n_boot=300, seed=1)
+    res = run_correlation(labels, meta, q, CorrelationSettings(n_boot=300, seed=1))
     assert res["metrics"] == ["sge_answer", "bleu_answer", "cosine_answer"]  # D_ is not a default metric
     h = np.array(list(truth.values()))
     human = pd.DataFrame(res["human"]).set_index("question_id")["human"]
@@ -134,19 +135,19 @@ def test_errors_name_the_problem():
     with pytest.raises(SageInputError, match="no metric columns match"):
         metric_columns(q.drop(columns=["sge_answer"]))
     with pytest.raises(SageInputError, match="none of the labelled questions are in the run"):
-        run_correlation(labels, meta, q.assign(question_id="other" + q.question_id), n_boot=10)
+        run_correlation(labels, meta, q.assign(question_id="other" + q.question_id), CorrelationSettings(n_boot=10))
     with pytest.raises(SageInputError, match="missing column 'model'"):
-        run_correlation(labels, meta, q.drop(columns=["model"]), n_boot=10)
+        run_correlation(labels, meta, q.drop(columns=["model"]), CorrelationSettings(n_boot=10))
     with pytest.raises(SageInputError, match=">= 99 labelled pairs"):
-        run_correlation(labels, meta, q, n_boot=10, min_pairs=99)
+        run_correlation(labels, meta, q, CorrelationSettings(n_boot=10, min_pairs=99))
     with pytest.raises(SageInputError, match="no column 'bleu_answer'"):
-        run_correlation(labels, meta, q, n_boot=10, comparisons=[("sge_answer", "bleu_answer")])
+        run_correlation(labels, meta, q, CorrelationSettings(n_boot=10, comparisons=(("sge_answer", "bleu_answer"),)))
 
 
 def test_partial_runs_counted():
     labels, meta, truth = designed_questions(n_questions=8)
     q = _questions(truth, sge_answer=lambda h: h).iloc[:6]
     q.loc[0, "sge_answer"] = np.nan
-    res = run_correlation(labels, meta, q, n_boot=50, methods=("spearman",))
+    res = run_correlation(labels, meta, q, CorrelationSettings(n_boot=50, methods=("spearman",)))
     assert res["counts"]["labelled_questions_not_in_run"] == 2 and res["counts"]["questions_joined"] == 6
     assert res["correlations"][0]["n_questions"] == 5 and res["correlations"][0]["n_missing_metric"] == 1

@@ -34,8 +34,8 @@ def test_unknown_preset_is_one_line():
 
 
 def test_every_preset_value_names_an_option_of_score():
-    from sage.cli.score import command
     from sage.cli.presets import PRESETS
+    from sage.cli.score import command
 
     names = {p.name for p in command.params}
     for name in PRESETS.names():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from nli_helpers import LABEL_ORDERS, make_tiny_nli
+from fixtures_nli import LABEL_ORDERS, make_tiny_nli
 
 from sage.metrics import graph_measures as gm
 

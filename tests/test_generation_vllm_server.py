@@ -10,14 +10,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
 from sage.generation.base import BackendOptions
 from sage.pipeline.stages import answer_messages
+from tests.fixtures_loopback_http import wait_until_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.server]
 
@@ -33,14 +32,7 @@ def _free_port() -> int:
 
 
 def _healthy(url: str, proc: subprocess.Popen, log) -> None:
-    while True:  # until it answers or exits; pytest-timeout guards against a hang
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2).read()
-            return
-        except Exception:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode} (see {log.name})")
-            time.sleep(0.5)  # polling a starting server
+    wait_until_serving(f"{url}/health", proc, "vLLM server", log.name)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +92,7 @@ def test_chat_and_completions_with_logprobs_equal_the_offline_engine(vllm_server
 def test_judge_p_yes_from_the_servers_top_20_list(vllm_servers, bundled_lm, tmp_path):
     """The judge through the openai backend: P(yes) from the first position's top_logprobs equals the
     transformers model's own two-token softmax."""
-    from judge_helpers import ANSWERS, QUESTION, hf_direct_p_yes
+    from fixtures_judge import ANSWERS, QUESTION, hf_direct_p_yes
 
     from sage.metrics.judge import JudgeSimilarity
 
