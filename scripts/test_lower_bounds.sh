@@ -35,7 +35,7 @@ if [ -n "${SAGE_LOWER_EXTRAS:-}" ]; then
   extras="[${SAGE_LOWER_EXTRAS}]"
 fi
 "$VPY" -m pip install -q -c "$CONSTRAINTS" -e ".${extras}" \
-  "pytest>=8" "hypothesis>=6" "pytest-timeout>=2.3" "parascore==1.0.5"
+  "pytest>=8" "hypothesis>=6" "pytest-timeout>=2.3" "parascore==1.0.5" "import-linter>=2.1"
 
 echo "== installed (pinned: .ci/lower-bounds.txt)"
 "$VPY" - "$CONSTRAINTS" <<'EOF'
