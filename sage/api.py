@@ -185,6 +185,19 @@ class GenerationBackend(ABC):
         return None
 
 
+class StreamingBackend(GenerationBackend):
+    """A backend that yields each generation as it finishes (`generate_iter`); `generate` collects them."""
+
+    @abstractmethod
+    def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]: ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        out: list[Generation | None] = [None] * len(requests)
+        for i, gen in self.generate_iter(requests):
+            out[i] = gen
+        return out  # type: ignore[return-value]
+
+
 # --------------------------------------------------------------------------- editing
 @dataclass(frozen=True)
 class TargetScore:

@@ -1,7 +1,6 @@
 """`sage score`: score a responses table with SGE and the baselines."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
@@ -162,6 +161,7 @@ def command(responses, model, out, table_format, no_progress, **options):
     """
 
     from sage.pipeline import generate_and_score
+    from sage.pipeline.config import default_run_dir
     from sage.scoring import score_responses
 
     options.pop("preset")  # applied by its callback as the other options' defaults
@@ -171,7 +171,7 @@ def command(responses, model, out, table_format, no_progress, **options):
     config = _score_config(options)
     if responses is None:
         model = model or "smollm2-135m"
-        out = out or Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_")
+        out = out or default_run_dir(model)
         result = generate_and_score(_pipeline_config(model, out, options), config, progress=not no_progress,
                                     table_format=table_format)
     else:

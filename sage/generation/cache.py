@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.api import Generation, GenerationBackend, GenerationRequest, StreamingBackend
 from sage.generation.base import PartialBatchError
 from sage.settings import cache_dir
 
@@ -143,7 +143,7 @@ class GenerationCache:
             self._conn.close()
 
 
-class CachedBackend(GenerationBackend):
+class CachedBackend(StreamingBackend):
     """Wraps a backend; only cache misses reach it. `calls` counts requests sent to the model."""
 
     def __init__(self, inner: GenerationBackend, cache: GenerationCache | None = None):
@@ -161,12 +161,6 @@ class CachedBackend(GenerationBackend):
 
     def identity(self) -> dict:
         return self._identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        out: list[Generation | None] = [None] * len(requests)
-        for i, gen in self.generate_iter(requests):
-            out[i] = gen
-        return out  # type: ignore[return-value]
 
     def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
         """Hits first, then each miss as the wrapped backend finishes it, stored before it is

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.api import Generation, GenerationRequest, StreamingBackend
 from sage.errors import SageInputError
 from sage.generation.base import BACKENDS, BackendOptions
 
@@ -48,7 +48,7 @@ def register_function(name: str, fn: Callable, *, batch: bool = False) -> str:
 
 
 @BACKENDS.register("callable")
-class CallableBackend(GenerationBackend):
+class CallableBackend(StreamingBackend):
     name = "callable"
     distributable = False  # stays on the driver under a cluster executor
 
@@ -63,10 +63,6 @@ class CallableBackend(GenerationBackend):
     @property
     def model_id(self) -> str:
         return self._model_id
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        done = dict(self.generate_iter(requests))
-        return [done[i] for i in range(len(requests))]
 
     def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
         """Each answer as the function returns it, so the generation cache stores every finished

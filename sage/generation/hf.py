@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Iterator, Sequence
 
-from sage.api import Generation, GenerationBackend, GenerationRequest, SamplingParams
+from sage.api import Generation, GenerationRequest, SamplingParams, StreamingBackend
 from sage.generation.base import BACKENDS, BackendOptions, request_seed
 from sage.generation.hf_batching import decode
 from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 @BACKENDS.register("transformers")
-class TransformersBackend(GenerationBackend):
+class TransformersBackend(StreamingBackend):
     name = "transformers"
     reports_sampled_logprobs = True
 
@@ -66,12 +66,6 @@ class TransformersBackend(GenerationBackend):
                 "chat_template": text_digest(getattr(self.lm.tokenizer, "chat_template", None))}
 
     # ------------------------------------------------------------------ generation
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        results: list[Generation | None] = [None] * len(requests)
-        for i, g in self.generate_iter(requests):
-            results[i] = g
-        return results  # type: ignore[return-value]
-
     def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
         """Yield (request index, generation) as each row finishes.
 

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.api import Generation, GenerationRequest, StreamingBackend
 from sage.errors import SageInputError
 from sage.generation.base import (
     BACKENDS,
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 @BACKENDS.register("llamacpp")
-class LlamaCppBackend(GenerationBackend):
+class LlamaCppBackend(StreamingBackend):
     name = "llamacpp"
 
     def __init__(self, model: str, options: BackendOptions | None = None):
@@ -71,9 +71,6 @@ class LlamaCppBackend(GenerationBackend):
     def identity(self) -> dict:
         # The chat template is GGUF metadata, so the file's fingerprint covers it.
         return {"backend": self.name, "model": self._model_id, "weights": fingerprint(self.path)}
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        return [self._one(r) for r in requests]
 
     def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
         for i, r in enumerate(requests):  # one at a time: each is cached and recorded as it finishes

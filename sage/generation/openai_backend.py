@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterator, Sequence
 
-from sage.api import Generation, GenerationBackend, GenerationRequest
+from sage.api import Generation, GenerationRequest, StreamingBackend
 from sage.generation.base import (
     BACKENDS,
     BackendError,
@@ -46,7 +46,7 @@ def _candidates(candidates, listed: dict[str, float] | None) -> dict[str, float]
 
 
 @BACKENDS.register("openai")
-class OpenAIBackend(GenerationBackend):
+class OpenAIBackend(StreamingBackend):
     name = "openai"
     distributable = False  # stays on the driver under a cluster executor
 
@@ -76,10 +76,6 @@ class OpenAIBackend(GenerationBackend):
     @property
     def model_id(self) -> str:
         return self._model_id
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        done = dict(self.generate_iter(requests))
-        return [done[i] for i in range(len(requests))]
 
     def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
         """Requests in flight at once (bounded); each is yielded as its answer arrives."""

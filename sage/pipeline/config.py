@@ -10,7 +10,9 @@ names of the one-level config earlier releases had (`FLAT_NAMES`); each lands in
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from sage.errors import SageInputError
@@ -125,3 +127,9 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
         "base_urls", "device", "dtype", "device_map", "batch_size", "concurrency", "max_retries", "timeout",
         "tensor_parallel_size", "enforce_eager", "kv_cache_gib", "extra")},
 }
+
+
+def default_run_dir(name: str) -> Path:
+    """`runs/<name>` with every run of characters unsafe in a folder name replaced by `_`: where a
+    generated run goes (`sage score --model`, `sage.score`) unless told otherwise."""
+    return Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip("_")

@@ -3,12 +3,11 @@ library's `score(questions, get_response, use_rots=True)`), through the same par
 stage, generation cache, scoring and files as every backend (`generate_and_score`)."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from sage.data.questions import questions_frame, read_questions
 from sage.generation.callable_backend import register_function
-from sage.pipeline.config import ModelRole, PipelineConfig
+from sage.pipeline.config import ModelRole, PipelineConfig, default_run_dir
 from sage.pipeline.generate_and_score import generate_and_score
 from sage.scoring import ScoreConfig, ScoreResult
 
@@ -30,7 +29,7 @@ def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", b
     `runs/<name>`; a rerun resumes there); `config` a whole `PipelineConfig` to start from.
     Returns the `ScoreResult`; questions, responses, edges and the summary are written to `out_dir`."""
     register_function(name, answer_fn, batch=batch)
-    options.setdefault("out_dir", Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
+    options.setdefault("out_dir", default_run_dir(name))
     options["out_dir"] = str(options["out_dir"])
     if "paraphrases" in options:
         options["k"] = options.pop("paraphrases")
