@@ -248,6 +248,11 @@ class EditHandle(ABC):
     def scoring_model(self) -> TargetScorer:
         """The object to score after the edit: the edited model, or a wrapper around it."""
 
+    def edited_parameters(self) -> tuple[str, ...]:
+        """Names of the model parameters this edit wrote (none for wrappers): what a sequential
+        run's checkpoint saves."""
+        return ()
+
 
 class Editor(ABC):
     """A knowledge-editing method. `model` is a loaded model with `.model` and `.tokenizer`;
@@ -255,6 +260,9 @@ class Editor(ABC):
 
     name: str = ""
     supports_batch: bool = False
+    #: True where edits can be applied one after another to one model that is never restored in
+    #: between (`sage edit --sequential`); see `sage.editing.base.EditorBase` for the hooks.
+    supports_sequential: bool = False
     #: False where free generation through the handle's scoring model is not implemented; studies
     #: refuse such a method up front, before any text is generated or any edit is made.
     can_generate: bool = True

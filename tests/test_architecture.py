@@ -120,7 +120,7 @@ def test_docs_architecture_matches_the_code():
 # the top of its module, so the import graph grimp and import-linter see is the real one.
 HEAVY_LIBRARIES = {
     **dict.fromkeys(("torch", "transformers", "sentence_transformers", "bert_score", "peft", "accelerate",
-                     "parascore", "lm_polygraph", "bitsandbytes"), "imports torch"),
+                     "parascore", "lm_polygraph", "bitsandbytes", "safetensors"), "imports torch"),
     **dict.fromkeys(("vllm", "ray", "onnxruntime", "onnx", "llama_cpp", "gguf", "openai", "psutil", "datasets"),
                     "optional extra or slow to import"),
     **dict.fromkeys(("pandas", "pyarrow", "scipy", "sklearn", "statsmodels", "matplotlib", "networkx", "nltk",

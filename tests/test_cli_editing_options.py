@@ -74,3 +74,16 @@ def test_the_old_batch_flag_still_works_with_a_warning(tmp_path):
     assert "warning: --batch is deprecated" in proc.stderr and "--method NAME:batch" in proc.stderr
     assert_clean_error(proc, "missing")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--sequential", "--method", "memit:batch"], "drop ':batch'"),
+    (["--sequential", "--method", "rome", "--executor", "ray"], "drop --executor"),
+    (["--method", "rome", "--checkpoints", "10"], "belong to --sequential"),
+    (["--method", "rome", "--order-seed", "3"], "belong to --sequential"),
+    (["--sequential", "--method", "rome", "--checkpoints", "10,x"], "comma-separated numbers"),
+])
+def test_sequential_options_that_do_not_fit_stop_in_one_line(extra, message, tmp_path):
+    proc = run_sage("edit", "--out", tmp_path / "o", *extra)
+    assert_clean_error(proc, message)
+    assert not (tmp_path / "o").exists()

@@ -111,3 +111,28 @@ def test_entries_without_meta_data_keep_one_record_each_and_need_only_their_file
     assert sorted(r["uid"] for r in rows) == ["care_ethics:0", "deontology:0"]
     summary = json.loads((out / "ike" / "broad" / "summary.json").read_text())
     assert (summary["n_entries"], summary["n_expected"]) == (2, 2)
+
+
+def test_edit_sequential_writes_checkpoints_summary_and_a_sequential_table(bundled_lm, countermoral_dir, tmp_path):
+    from sage.cli.main import cli
+
+    hp = tmp_path / "grace.json"
+    hp.write_text(json.dumps({"grace": {"steps": 10}}))
+    out = tmp_path / "out"
+    args = ["edit", "--sequential", "--method", "grace", "--framework", "deontology", "--subset", "broad",
+            "--limit", "2", "--checkpoints", "1", "--data", str(countermoral_dir), "--out", str(out),
+            "--hparams", str(hp)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    run = out / "grace" / "broad-sequential-deontology"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["sequential"] and summary["n_edits"] == 2 and summary["git"] and summary["versions"]["torch"]
+    assert [c["step"] for c in summary["checkpoints"]] == [1, 2]
+    assert summary["checkpoints"][-1]["editor"] == {} or summary["checkpoints"][-1]["measures"]["reliability"]["n"] == 2
+    assert summary["drift_baseline"]["perplexity"] > 1 and summary["checkpoints"][-1]["drift"]["fluency"] is None
+    tables = (out / "tables.md").read_text()
+    assert "## Sequential editing" in tables and "| grace | broad (deontology) | 2 |" in tables
+    edits = (run / "edits.jsonl").read_text()
+    again = CliRunner().invoke(cli, args)  # finished: summarised again, nothing remade
+    assert again.exit_code == 0, again.output
+    assert (run / "edits.jsonl").read_text() == edits

@@ -8,6 +8,7 @@ import click
 
 from sage.cli.editing_options import (
     FRAMEWORKS,
+    check_sequential_options,
     editing_options,
     parse_methods,
     read_hparams,
@@ -16,7 +17,8 @@ from sage.cli.editing_options import (
 from sage.cli.options import pop_executor, quiet_model_loading
 from sage.editing.base import EDITORS
 from sage.editing.dataset import default_data_dir
-from sage.editing.runner import RunConfig, check_data
+from sage.editing.runner import RunConfig, check_data, sequential_context
+from sage.editing.sequential import SequentialConfig, run_sequential
 from sage.editing.sweep import run_sweep
 from sage.editing.tables import write_tables
 from sage.executors import make_executor
@@ -29,18 +31,26 @@ from sage.settings import default_device
 @editing_options(default_out="results/editing",
                  method_help="Editing method (repeatable); default: every registered method.")
 @click.option("--batch", is_flag=True, hidden=True, help="Deprecated: use --method NAME:batch.")
-def command(methods, frameworks, batch, hparams_file, out_dir, data_dir, **options):
+@click.option("--sequential", is_flag=True,
+              help="Edit after edit on one model, never restored in between, over the chosen frameworks' entries in "
+                   "a seeded order; measured after each edit and, for every edit so far, at --checkpoints.")
+@click.option("--checkpoints", default=None,
+              help="--sequential: numbers of edits at which every edit so far is measured and the state saved, "
+                   "comma-separated (default: 10,30,100,300,1000 below the sequence's length, and its end).")
+@click.option("--order-seed", type=int, default=None, help="--sequential: seed of the edit order (default: --seed).")
+def command(methods, frameworks, batch, sequential, checkpoints, order_seed, hparams_file, out_dir, data_dir,
+            **options):
     """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood.
 
-    With --executor ray, the (method, framework, entry) units of the sweep run on a Ray cluster."""
-
-
+    With --executor ray, the (method, framework, entry) units of the sweep run on a Ray cluster.
+    With --sequential, each method edits the entries one after another on one model (in this process)."""
     quiet_model_loading()
     executor_name, executor_opts = pop_executor(options)
     log = logging.getLogger("sage.cli.edit")
     if batch:
         warn_deprecated("--batch", "--method NAME:batch")
     choices = parse_methods(list(methods) or EDITORS.names(), all_batch=batch)  # unknown names fail here
+    marks = check_sequential_options(choices, sequential, checkpoints, order_seed, executor_name)
     frameworks = list(frameworks) or list(FRAMEWORKS)
     overrides = read_hparams(hparams_file, [c.name for c in choices])
     data = Path(data_dir) if data_dir else default_data_dir()
@@ -56,6 +66,16 @@ def command(methods, frameworks, batch, hparams_file, out_dir, data_dir, **optio
                       dtype=resolve_dtype(options["dtype"], device or default_device()),
                       device_map=options["device_map"])
             for c in choices]
+    if sequential:
+        for cfg in cfgs:  # the other subset's files a retrieval or trained method reads, checked before any load
+            sequential_context(cfg.data, cfg.subset, method=cfg.method)
+        for cfg in cfgs:
+            summary = run_sequential(SequentialConfig(cfg, checkpoints=marks, order_seed=order_seed))
+            last = summary["checkpoints"][-1] if summary["checkpoints"] else {}
+            log.info("%s sequential: %d edits, retention %.3f", cfg.method, summary["n_edits"],
+                     last.get("retention", float("nan")))
+        click.echo(f"wrote {write_tables(Path(out_dir), data)}")
+        return
     with make_executor(executor_name, executor_opts) as executor:
         # Workers resolve the device themselves unless --device says (a CPU driver, GPU workers).
         summaries = run_sweep(cfgs, executor, device=device)

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sage.cli.options import executor_options, precision_options, progress_option
-from sage.editing.base import EDITORS, check_batch_mode
+from sage.editing.base import EDITORS, check_batch_mode, check_sequential
 from sage.editing.dataset import FRAMEWORKS, SUBSETS
 from sage.errors import SageInputError
 
@@ -78,6 +78,29 @@ def parse_methods(methods, *, all_batch: bool = False) -> list[MethodChoice]:
         check_batch_mode(name, all_batch or mode == BATCH_MODE)
         out.append(MethodChoice(name, all_batch or mode == BATCH_MODE))
     return out
+
+
+def check_sequential_options(choices: list[MethodChoice], sequential: bool, checkpoints: str | None,
+                             order_seed: int | None, executor: str) -> tuple[int, ...] | None:
+    """The checkpoints of a `--sequential` run (None: the defaults); one line for options that do not fit
+    together, or a method that cannot edit sequentially, before anything loads."""
+    if not sequential:
+        if checkpoints is not None or order_seed is not None:
+            raise SageInputError("--checkpoints and --order-seed belong to --sequential; add it or drop them")
+        return None
+    if any(c.batch for c in choices):
+        raise SageInputError(f"--sequential edits one entry after another; drop ':{BATCH_MODE}' (and --batch)")
+    if executor != "local":
+        raise SageInputError("--sequential runs in this process (each edit builds on the last); drop --executor")
+    for c in choices:
+        check_sequential(c.name)
+    if checkpoints is None:
+        return None
+    try:
+        return tuple(int(x) for x in checkpoints.split(",") if x.strip())
+    except ValueError:
+        raise SageInputError(f"--checkpoints {checkpoints!r}: expected comma-separated numbers of edits, "
+                             "e.g. 10,30,100") from None
 
 
 def warn_deprecated(old: str, new: str) -> None:

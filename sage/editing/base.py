@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sage.api import Editor
-from sage.editing.handles import WeightSnapshot
+from sage.editing.handles import WeightSnapshot, WrapperHandle, truncate_to
 from sage.editing.profiles import profile_for
 from sage.errors import SageInputError
 from sage.registry import Registry
@@ -63,6 +63,13 @@ def check_batch_mode(method: str, batch: bool) -> None:
     """Refuse batch mode for a method that edits one entry at a time: one line, before anything runs."""
     if batch and not EDITORS.get(method).supports_batch:
         raise SageInputError(f"method {method!r} does not batch; use --method {method} (without :batch)")
+
+
+def check_sequential(method: str) -> None:
+    """Refuse a method that cannot edit sequentially: one line, before anything is spent."""
+    if not EDITORS.get(method).supports_sequential:
+        raise SageInputError(f"method {method!r} cannot edit sequentially (its edits are not made on top of "
+                             "one another); leave it out of --sequential")
 
 
 def resolve_layer(layer: int, n_layers: int, what: str = "layer") -> int:
@@ -127,6 +134,68 @@ class EditorBase(Editor):
         """What the editor measured about itself (null-space dimensions, classifier accuracy);
         the runner stores it per framework in summary.json."""
         return {}
+
+    # ------------------------------------------------------------------ sequential editing
+    # `sage.editing.sequential` applies edits one after another to one model, never restoring in
+    # between; a method that can do so sets `supports_sequential` and, where the defaults below
+    # do not fit, overrides these hooks.
+
+    def start_sequence(self, lm: Any, sequence: Sequence[Any]) -> None:
+        """Called once on the unedited model before the first edit of a sequence of
+        `sequence` (every request it will edit, in order), and again, in a new process, before a
+        resumed sequence loads its checkpoint: compute here what the method derives from the
+        unedited model (key statistics, context prefixes, trained parts), so a resumed sequence
+        edits exactly as an uninterrupted one."""
+
+    def apply_next(self, lm: Any, requests: Sequence[Any]):
+        """Apply `requests` on top of every edit made so far (the model as it stands); the
+        handle's scoring model answers for all edits so far and `restore()` undoes this edit
+        only (handles restored in reverse order give back the original weights bit for bit).
+        Default: `apply` on the current weights."""
+        return self.apply(lm, requests)
+
+    def sequence_state(self) -> dict[str, Any]:
+        """What the method itself holds about the edits so far (tensors and JSON values: a
+        codebook, a memory, earlier keys), saved at a sequence's checkpoints; the runner saves the
+        edited weights itself. Default: nothing."""
+        return {}
+
+    def load_sequence_state(self, lm: Any, state: dict[str, Any], requests: dict[str, Any]):
+        """Rebuild `sequence_state()` in a resumed sequence (`requests`: the sequence's requests
+        by uid); returns a handle that undoes it (its scoring model answers for every edit so
+        far), or None when the method holds nothing."""
+        return None
+
+
+class MemoryEdits:
+    """Sequential editing for methods whose edits are a memory of requests (IKE, SERAC,
+    SERAC-ICL): each edit appends its requests, its handle cuts the memory back, the
+    checkpointed state is the memory's uids. The class defines `memory_scorer(lm)`, the scoring
+    model over the memory as it stands, and resets `self._memory` in `start_sequence`."""
+
+    _memory: list
+
+    def memory_scorer(self, lm: Any):
+        raise NotImplementedError
+
+    def apply_next(self, lm: Any, requests: Sequence[Any]):
+        undo = truncate_to(self._memory, len(self._memory))
+        self._memory += list(requests)
+        try:
+            scorer = self.memory_scorer(lm)
+        except BaseException:
+            undo()
+            raise
+        return WrapperHandle(scorer, undo, {"memory": len(self._memory)})
+
+    def sequence_state(self) -> dict[str, Any]:
+        return {"memory": [r.uid for r in self._memory]}
+
+    def load_sequence_state(self, lm: Any, state: dict[str, Any], requests: dict[str, Any]):
+        self._memory = [requests[uid] for uid in state.get("memory", [])]
+        if not self._memory:
+            return None
+        return WrapperHandle(self.memory_scorer(lm), self._memory.clear, {"memory": len(self._memory)})
 
 
 def make_editor(name: str, overrides: dict[str, Any] | None = None,

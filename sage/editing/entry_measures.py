@@ -19,7 +19,9 @@ already predicts some target tokens before any edit.
   - `locality`: share of " target_true" positions whose argmax token is unchanged (1 = none);
 - routing (wrapper methods only): the share of queries of each kind on which the wrapper
   intervened (`routed_edit`, `routed_action`, `routed_relation`, `routed_neighbour`);
-- edit robustness: pre-edit P(target_true) - P(target_new) on the edit prompt.
+- edit robustness: pre-edit P(target_true) - P(target_new) on the edit prompt;
+- by generation (`generation_measures`): the share of greedy continuations that begin with the
+  target, per prompt kind (`*_gen`).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import numpy as np
 
 from sage.api import TargetScore, TargetScorer
 from sage.editing.dataset import EditRequest
+from sage.editing.generation_measures import GEN_METRICS
 
 #: measures aggregated per framework (post-edit values and, where they have one, their baselines)
 METRICS = (
@@ -39,6 +42,7 @@ METRICS = (
     "neighbourhood_score", "neighbourhood_score_ceiling", "neighbourhood_dlogp",
     "neighbourhood_success", "pre_neighbourhood_success", "neighbourhood_new_rise", "locality",
     "routed_edit", "routed_action", "routed_relation", "routed_neighbour", "robustness",
+    *GEN_METRICS, *(f"pre_{m}" for m in GEN_METRICS),
 )
 _KINDS = (("edit", "new"), ("action", "action"), ("relation", "relation"),
           ("neighbour", "neighbour"))

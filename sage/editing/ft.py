@@ -12,6 +12,11 @@
 
 Both: Adam on the objective, the weights clamped after every step, stop once the mean loss of a
 pass is below 1e-2 (as the reference).
+
+Sequential editing (`sage edit --sequential`): each edit fine-tunes the weights as the earlier
+edits left them, and its L-inf ball is around those weights (EasyEdit's sequential FT, which
+copies the weights at the start of each edit, does the same), so the total change can grow past
+`norm_constraint` over a sequence.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ class FTLHParams(FTHParams):
 
 class _FineTune(EditorBase):
     supports_batch = True
+    supports_sequential = True
 
     @staticmethod
     def objective(model, tok, prompts, targets):

@@ -56,6 +56,7 @@ class GraceAdapter:
     """Forward hook on one module holding the codebook."""
 
     def __init__(self, module: Any, scan: bool):
+        self.module = module
         self.keys: list[Any] = []
         self.values: list[Any] = []
         self.eps: list[float] = []
@@ -145,57 +146,126 @@ class GraceScorer(LMScorer):
 class GraceEditor(EditorBase):
     name = "grace"
     supports_batch = False
+    supports_sequential = True
     can_generate = False  # the codebook hit is not carried across cached decoding steps
     hparams_cls = GraceHParams
 
+    def __init__(self, hparams=None, context=None):
+        super().__init__(hparams, context)
+        self._adapter: GraceAdapter | None = None  # a sequence's one adapter, its codebook growing
+
+    def _new_adapter(self, model: Any) -> tuple[GraceAdapter, int]:
+        profile, [layer] = self.locate(model, [self.hparams.layer])
+        return GraceAdapter(profile.mlp_module(model, layer), scan=self.hparams.key == "subject_last"), layer
+
     def apply(self, lm: Any, requests: Sequence[Any]) -> WrapperHandle:
+        adapter, layer = self._new_adapter(lm.model)
+        with self.undo_on_error(adapter):
+            info = [self._add(lm, adapter, req) for req in requests]
+        return WrapperHandle(GraceScorer(lm.model, lm.tokenizer, adapter), adapter.remove,
+                             {"layer": layer, "codebook": len(adapter.keys), "edits": info})
+
+    # ------------------------------------------------------------------ sequential
+    def start_sequence(self, lm: Any, sequence: Sequence[Any]) -> None:
+        if self._adapter is not None:
+            self._adapter.remove()
+        self._adapter = None
+
+    def apply_next(self, lm: Any, requests: Sequence[Any]) -> WrapperHandle:
+        """Adds one codebook entry per request to the sequence's adapter (made at the first
+        edit); `restore()` removes this edit's entries, and the adapter with the last of them.
+        Unlike the reference, a new key inside an earlier entry's radius does not split or shrink
+        that entry's radius: both entries stay and the nearest key answers."""
+        if self._adapter is None:
+            self._adapter = self._new_adapter(lm.model)[0]
+        adapter, n = self._adapter, len(self._adapter.keys)
+        undo = _Truncate(self, n)
+        with self.undo_on_error(undo):
+            info = [self._add(lm, adapter, req) for req in requests]
+        return WrapperHandle(GraceScorer(lm.model, lm.tokenizer, adapter), undo.restore,
+                             {"codebook": len(adapter.keys), "edits": info})
+
+    def sequence_state(self) -> dict:
+        import torch
+
+        a = self._adapter
+        if a is None or not a.keys:
+            return {}
+        return {"keys": torch.stack(a.keys), "values": torch.stack(a.values),
+                "eps": torch.tensor(a.eps, dtype=torch.float64)}
+
+    def load_sequence_state(self, lm: Any, state: dict, requests: dict):
+        if "keys" not in state:
+            return None
+        self._adapter = self._new_adapter(lm.model)[0]
+        self._adapter.keys = list(state["keys"])
+        self._adapter.values = list(state["values"])
+        self._adapter.eps = [float(e) for e in state["eps"]]
+        return WrapperHandle(GraceScorer(lm.model, lm.tokenizer, self._adapter), _Truncate(self, 0).restore)
+
+    # ------------------------------------------------------------------ one codebook entry
+    def _add(self, lm: Any, adapter: GraceAdapter, req: Any) -> dict:
+        """Trains the value of `req`'s key and appends (key, value, eps) to the codebook."""
         import torch
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile, [layer] = self.locate(model, [hp.layer])
-        module = profile.mlp_module(model, layer)
+        module = adapter.module
         dev = next(model.parameters()).device
-        info = []
-        with self.undo_on_error(GraceAdapter(module, scan=hp.key == "subject_last")) as adapter:
-            for req in requests:
-                batch = encode_pairs(tok, [req.prompt], [req.target_new], dev)
-                first = int(batch.attention_mask[0].argmax())
-                pos = (first + len(tok(req.subject).input_ids) - 1 if hp.key == "subject_last"
-                       else batch.prompt_last[0])
-                seen = {}
+        batch = encode_pairs(tok, [req.prompt], [req.target_new], dev)
+        first = int(batch.attention_mask[0].argmax())
+        pos = (first + len(tok(req.subject).input_ids) - 1 if hp.key == "subject_last"
+               else batch.prompt_last[0])
+        seen = {}
 
-                def grab(_m, args, out, pos=pos):
-                    seen["k"] = args[0][0, pos].detach().float()
-                    seen["v"] = out[0, pos].detach().float()
+        def grab(_m, args, out, pos=pos):
+            seen["k"] = args[0][0, pos].detach().float()
+            seen["v"] = out[0, pos].detach().float()
 
-                h = module.register_forward_hook(grab)
-                with torch.no_grad():
-                    model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                     position_ids=batch.position_ids)
-                h.remove()
-                value = seen["v"].clone().requires_grad_(True)
-                opt = torch.optim.Adam([value], lr=hp.lr)
-                rg = {n: p.requires_grad for n, p in model.named_parameters()}
-                for p in model.parameters():
-                    p.requires_grad_(False)
-                adapter.train, adapter.prompt_last = (value, pos), batch.prompt_last
-                try:
-                    for _ in range(hp.steps):
-                        opt.zero_grad()
-                        logits, spans, _ = target_logits(model, batch)
-                        loss = -target_logprobs(logits, spans, batch)[0].mean()
-                        if loss.item() < 1e-2:
-                            break
-                        loss.backward()
-                        opt.step()
-                finally:
-                    adapter.train, adapter.prompt_last = None, None
-                    for n, p in model.named_parameters():
-                        p.requires_grad_(rg[n])
-                adapter.keys.append(seen["k"])
-                adapter.values.append(value.detach())
-                adapter.eps.append(hp.eps)
-                info.append({"uid": req.uid, "key_norm": float(seen["k"].norm())})
-        return WrapperHandle(GraceScorer(model, tok, adapter), adapter.remove,
-                             {"layer": layer, "codebook": len(adapter.keys), "edits": info})
+        h = module.register_forward_hook(grab)
+        try:
+            adapter.prompt_last = None  # the adapter stays out of the way of the clean pass
+            with torch.no_grad():
+                model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                 position_ids=batch.position_ids)
+        finally:
+            h.remove()
+        value = seen["v"].clone().requires_grad_(True)
+        opt = torch.optim.Adam([value], lr=hp.lr)
+        rg = {n: p.requires_grad for n, p in model.named_parameters()}
+        for p in model.parameters():
+            p.requires_grad_(False)
+        adapter.train, adapter.prompt_last = (value, pos), batch.prompt_last
+        try:
+            for _ in range(hp.steps):
+                opt.zero_grad()
+                logits, spans, _ = target_logits(model, batch)
+                loss = -target_logprobs(logits, spans, batch)[0].mean()
+                if loss.item() < 1e-2:
+                    break
+                loss.backward()
+                opt.step()
+        finally:
+            adapter.train, adapter.prompt_last = None, None
+            for n, p in model.named_parameters():
+                p.requires_grad_(rg[n])
+        adapter.keys.append(seen["k"])
+        adapter.values.append(value.detach())
+        adapter.eps.append(hp.eps)
+        return {"uid": req.uid, "key_norm": float(seen["k"].norm())}
+
+
+class _Truncate:
+    """Undoes a sequence's edits back to a codebook of `n` entries (removing the adapter at 0)."""
+
+    def __init__(self, editor: GraceEditor, n: int):
+        self.editor, self.n = editor, n
+
+    def restore(self) -> None:
+        a = self.editor._adapter
+        if a is None:
+            return
+        del a.keys[self.n:], a.values[self.n:], a.eps[self.n:]
+        if self.n == 0:
+            a.remove()
+            self.editor._adapter = None

@@ -24,12 +24,21 @@ def state_hashes(model: Any) -> dict[str, str]:
     return out
 
 
+def truncate_to(items: list, n: int) -> Callable[[], None]:
+    """An undo that cuts `items` back to its first `n` (a sequence's memory as before an edit)."""
+    def undo() -> None:
+        del items[n:]
+
+    return undo
+
+
 class WeightSnapshot:
     """Copies of some parameters taken before an edit; `restore()` writes them back in place."""
 
     def __init__(self, model: Any, names: Iterable[str]):
         params = dict(model.named_parameters())
-        self._saved = {n: (params[n], params[n].detach().clone()) for n in names}
+        self.names = tuple(dict.fromkeys(names))  # what an edit may write
+        self._saved = {n: (params[n], params[n].detach().clone()) for n in self.names}
         self._requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
         self._model = model
 
@@ -57,6 +66,9 @@ class WeightEditHandle(EditHandle):
 
     def scoring_model(self) -> TargetScorer:
         return self._scorer
+
+    def edited_parameters(self) -> tuple[str, ...]:
+        return tuple(getattr(self._snapshot, "names", ()))
 
 
 class WrapperHandle(EditHandle):

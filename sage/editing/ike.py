@@ -5,6 +5,13 @@ sentence embedder from *other* entries of the pool (never the entry under test).
 cycle through IKE's three kinds: copy (the fact itself), update (a paraphrase answered with the
 new target) and retain (a neighbourhood prompt answered with its original target). Scoring goes
 through `IKEScorer`, which rewrites every query.
+
+Sequential editing (`sage edit --sequential`): the demonstrations include the earlier edits. After
+edit t the context is the demonstrations retrieved for edit t, then every earlier edit of the
+sequence as a copy demonstration ("New Fact: ... Prompt: <its prompt> <its new target>"), oldest
+first, then edit t's fact; every query (earlier edits' prompts included) is answered after it.
+With one edit this is the single-edit context. A sequence whose final context would not fit the
+model's context window is refused before its first edit.
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check
+from sage.editing.base import EDITORS, EditorBase, HParams, MemoryEdits, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.target_scoring import LMScorer, PromptRewriteScorer
@@ -72,15 +79,17 @@ class IKEScorer(PromptRewriteScorer):
 
 
 @EDITORS.register("ike")
-class IKEEditor(EditorBase):
+class IKEEditor(MemoryEdits, EditorBase):
     name = "ike"
     supports_batch = False
+    supports_sequential = True
     uses_pool = True
     hparams_cls = IKEHParams
 
     def __init__(self, hparams=None, context=None):
         super().__init__(hparams, context)
         self._pool_emb = None
+        self._memory: list[EditRequest] = []  # a sequence's edits so far
 
     def _retrieve(self, req: EditRequest) -> list[EditRequest]:
         pool = [p for p in self.context.pool]
@@ -104,3 +113,26 @@ class IKEEditor(EditorBase):
         demos = "".join(_demo(d, i % 3) for i, d in enumerate(self._retrieve(req)))
         scorer = IKEScorer(LMScorer(lm.model, lm.tokenizer), demos, fact_line(req))
         return WrapperHandle(scorer, None, {"demonstrations": demos.count("New Fact")})
+
+    # ------------------------------------------------------------------ sequential
+    def _context(self, edits: Sequence[EditRequest]) -> tuple[str, str]:
+        """(demonstrations, fact) after `edits`: retrieved for the last, then the earlier edits."""
+        last = edits[-1]
+        demos = "".join(_demo(d, i % 3) for i, d in enumerate(self._retrieve(last)))
+        return demos + "".join(_demo(e, 0) for e in edits[:-1]), fact_line(last)
+
+    def start_sequence(self, lm: Any, sequence: Sequence[Any]) -> None:
+        self._memory = []
+        if not sequence:
+            return
+        demos, fact = self._context(list(sequence))
+        longest = max([*sequence[-1].action_paraphrases, *sequence[-1].neighbourhood], key=len)
+        n = len(lm.tokenizer(demos + fact + "\nPrompt: " + longest).input_ids) + 32
+        limit = getattr(lm.model.config, "max_position_embeddings", None)
+        if limit is not None and n > limit:
+            raise SageInputError(f"IKE: the context after {len(sequence)} sequential edits is about {n} tokens, "
+                                 f"more than the model's {limit}; edit fewer entries (--limit)")
+
+    def memory_scorer(self, lm: Any) -> IKEScorer:
+        demos, fact = self._context(self._memory)
+        return IKEScorer(LMScorer(lm.model, lm.tokenizer), demos, fact)

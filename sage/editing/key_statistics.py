@@ -130,14 +130,16 @@ def responses_dir(download: bool = False) -> Path | None:
     return found
 
 
-def responses_corpus(directory: Path, seed: int = 0) -> Corpus:
+CORPUS_SEPARATOR = "\n\n"
+
+
+def response_texts(directory: Path, seed: int = 0) -> list[str]:
     """The distinct answers and RoTs of every pair-layout CSV in `directory`, shuffled with a
-    fixed seed (so any prefix of the text samples every file and question)."""
+    fixed seed: the default corpus, in its order (`responses_corpus` joins them)."""
     import pandas as pd
 
     texts: list[str] = []
-    files = sorted(directory.glob("*.csv"))
-    for f in files:
+    for f in sorted(directory.glob("*.csv")):
         df = pd.read_csv(f)
         for col in RESPONSE_COLUMNS:
             if col in df.columns:
@@ -147,8 +149,16 @@ def responses_corpus(directory: Path, seed: int = 0) -> Corpus:
         raise SageInputError(f"{directory}: no {', '.join(RESPONSE_COLUMNS)} text in its CSV files; "
                              "pass --corpus FILE")
     random.Random(seed).shuffle(distinct)
-    return Corpus("\n\n".join(distinct), f"sage-responses ({len(files)} Vicuna-7B files, "
-                                          f"{len(distinct)} distinct answers and RoTs)")
+    return distinct
+
+
+def responses_corpus(directory: Path, seed: int = 0) -> Corpus:
+    """The distinct answers and RoTs of every pair-layout CSV in `directory`, shuffled with a
+    fixed seed (so any prefix of the text samples every file and question)."""
+    distinct = response_texts(directory, seed)
+    files = sorted(directory.glob("*.csv"))
+    return Corpus(CORPUS_SEPARATOR.join(distinct), f"sage-responses ({len(files)} Vicuna-7B files, "
+                                                   f"{len(distinct)} distinct answers and RoTs)")
 
 
 def default_corpus(model: Any, tokenizer: Any, n_tokens: int, seed: int = 0) -> Corpus:

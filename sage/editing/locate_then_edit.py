@@ -50,9 +50,16 @@ class ValueOptHParams(HParams):
 
 
 class LocateThenEditEditor(EditorBase):
-    """Base of ROME, MEMIT and AlphaEdit: key statistics memoized per layer, context prefixes."""
+    """Base of ROME, MEMIT and AlphaEdit: key statistics memoized per layer, context prefixes.
+
+    Sequentially, each edit optimizes its value and solves for its update on the model as the
+    earlier edits left it (the KL term's reference distribution, the keys and the residuals are
+    the edited model's), as EasyEdit's sequential editing does; the key statistics and the
+    context prefixes come from the unedited model (`start_sequence`), so a resumed sequence
+    uses the same ones."""
 
     hparams_cls = ValueOptHParams
+    supports_sequential = True
 
     def __init__(self, hparams=None, context=None):
         super().__init__(hparams, context)
@@ -78,6 +85,14 @@ class LocateThenEditEditor(EditorBase):
             for layer, cov in got.items():
                 self._cov[(layer, tokens)] = cov
         return {layer: self._cov[(layer, tokens)] for layer in layers}
+
+    def edit_layers(self, model: Any) -> list[int]:
+        """The layers this method writes, resolved against the model's depth."""
+        raise NotImplementedError
+
+    def start_sequence(self, lm: Any, sequence: Sequence[Any]) -> None:
+        self.covariances(lm, self.edit_layers(lm.model))
+        self.contexts(lm)
 
     def contexts(self, lm: Any) -> list[str]:
         hp = self.hparams

@@ -1,6 +1,14 @@
 """LoRA editing through `peft`: low-rank adapters on the MLP down-projections of a few layers,
 trained on the target NLL. Base weights are never written; `restore()` unloads the adapters and
 puts the original modules back (and the requires_grad flags), so the weights are bit-identical.
+
+Sequential editing (`sage edit --sequential`) merges each edit's trained adapter into the
+down-projection weights (peft `merge_and_unload`, W += (alpha / r) B A) and trains the next edit's
+fresh adapter on the merged model; `restore()` of an edit writes back the weights from before its
+merge. Merging rather than stacking one adapter per edit because: a stack of N adapters on the
+same modules makes every forward pass cost grow with N, and peft activates one adapter at a time
+(combining them needs `add_weighted_adapter`, a different model); a merged model is one plain
+model whose edited weights are checkpointed and restored exactly as the other weight methods'.
 """
 from __future__ import annotations
 
@@ -37,6 +45,12 @@ class _LoraUndo:
         self.peft_model = peft_model
         self.snapshot = snapshot
 
+    def merge(self) -> None:
+        """Write the adapters into the base weights and drop them (a sequence's edit)."""
+        self.peft_model.merge_and_unload()
+        self.peft_model = None
+        self.snapshot.restore()  # requires_grad flags as before the edit
+
     def restore(self) -> None:
         if self.peft_model is not None:
             self.peft_model.unload()
@@ -48,16 +62,41 @@ class _LoraUndo:
 class LoraEditor(EditorBase):
     name = "lora"
     supports_batch = True
+    supports_sequential = True
     hparams_cls = LoraHParams
 
+    def _targets(self, model: Any) -> list[str]:
+        profile, layers = self.locate(model, self.hparams.layers)
+        return [profile.mlp_out.format(layer) for layer in layers]
+
     def apply(self, lm: Any, requests: Sequence[Any]) -> WeightEditHandle:
+        targets = self._targets(lm.model)
+        undo = self._train(lm, requests)
+        # the base model object now routes through the adapters: score it directly
+        return WeightEditHandle(undo, LMScorer(lm.model, lm.tokenizer), {"targets": targets})
+
+    def apply_next(self, lm: Any, requests: Sequence[Any]) -> WeightEditHandle:
+        """Train an adapter for `requests` on the model as it stands, then merge it into the
+        weights (see the module docstring); `restore()` writes back the weights from before."""
+        targets = self._targets(lm.model)
+        before = WeightSnapshot(lm.model, [f"{t}.weight" for t in targets])
+        undo = self._train(lm, requests)
+        with self.undo_on_error(before):
+            try:
+                undo.merge()
+            except BaseException:
+                undo.restore()
+                raise
+        return WeightEditHandle(before, LMScorer(lm.model, lm.tokenizer), {"targets": targets, "merged": True})
+
+    def _train(self, lm: Any, requests: Sequence[Any]) -> _LoraUndo:
         import torch
         from peft import LoraConfig, get_peft_model
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile, layers = self.locate(model, hp.layers)
-        targets = [profile.mlp_out.format(layer) for layer in layers]
+        profile, _ = self.locate(model, hp.layers)
+        targets = self._targets(model)
         snapshot = WeightSnapshot(model, [])  # records requires_grad flags only
         torch.manual_seed(hp.seed)
         config = LoraConfig(r=hp.rank, lora_alpha=hp.alpha, lora_dropout=hp.dropout,
@@ -78,5 +117,4 @@ class LoraEditor(EditorBase):
                 loss.backward()
                 opt.step()
             peft_model.eval()
-        # the base model object now routes through the adapters: score it directly
-        return WeightEditHandle(undo, LMScorer(model, tok), {"targets": targets})
+        return undo

@@ -49,13 +49,16 @@ class MemitEditor(LocateThenEditEditor):
             cov = torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
         return solvers.memit_update(K, R, cov.to(K.device), self.hparams.cov_weight)
 
+    def edit_layers(self, model: Any) -> list[int]:
+        return sorted(set(self.locate(model, self.hparams.layers)[1]))
+
     def apply(self, lm: Any, requests: Sequence[Any]) -> WeightEditHandle:
         import torch
 
         hp = self.hparams
         model, tok = lm.model, lm.tokenizer
-        profile, layers = self.locate(model, hp.layers)
-        layers = sorted(set(layers))
+        profile, _ = self.locate(model, hp.layers)
+        layers = self.edit_layers(model)
         last = layers[-1]
         covs = self.covariances(lm, layers)
         contexts = self.contexts(lm)

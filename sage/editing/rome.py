@@ -33,6 +33,9 @@ class RomeEditor(LocateThenEditEditor):
     supports_batch = False
     hparams_cls = RomeHParams
 
+    def edit_layers(self, model: Any) -> list[int]:
+        return self.locate(model, [self.hparams.layer])[1]
+
     def apply(self, lm: Any, requests: Sequence[Any]) -> WeightEditHandle:
         import torch
 

@@ -25,12 +25,14 @@ from sage.data.records import RecordStore
 from sage.editing.base import EDITORS, EditContext, make_editor
 from sage.editing.dataset import (
     FRAMEWORKS,
+    SUBSETS,
     EditRequest,
     check_unique_uids,
     load_all,
     load_countermoral,
 )
 from sage.editing.entry_measures import aggregate, entry_metrics, observe
+from sage.editing.generation_measures import generation_metrics, observe_generation
 from sage.editing.key_statistics import corpus_name
 from sage.editing.target_scoring import LMScorer
 from sage.errors import SageInputError
@@ -116,11 +118,26 @@ def editing_context(data, framework: str, subset: str, batch: bool, device: str 
                        device=device, corpus=corpus)
 
 
+def sequential_context(data, subset: str, device: str = "cpu", corpus: str | None = None,
+                       method: str | None = None) -> EditContext:
+    """What an editor of a sequence may use besides the model: its retrieval pool (IKE, SERAC-ICL)
+    and held-out training edits (SERAC) are the *other* subset's entries of every framework, so
+    nothing it retrieves or trains on is an entry of the sequence (which may be the whole subset)."""
+    cls = EDITORS.get(method) if method is not None else None
+    other = next(s for s in SUBSETS if s != subset)
+    needed = cls is None or cls.uses_pool or cls.uses_held_out
+    entries = [r for f in FRAMEWORKS for r in load_countermoral(data, f, other)] if needed else []
+    return EditContext(pool=entries if cls is None or cls.uses_pool else (),
+                       held_out=entries if cls is None or cls.uses_held_out else (), device=device, corpus=corpus)
+
+
 def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None,
              git: str | None = None) -> list[dict]:
     """Edit and score `requests`; one row per request. In batch mode one edit holds them all.
 
-    `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
+    Each entry is scored teacher-forced (`entry_measures`) and by greedy generation
+    (`generation_measures`), before the edit on the unedited model and after it through the
+    handle's scoring model. `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
     generate through it); each value lands in its request's row under "during"."""
     base = LMScorer(lm.model, lm.tokenizer)
     groups = [list(requests)] if batch else [[r] for r in requests]
@@ -128,21 +145,24 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
     for group in groups:
         start = time.perf_counter()
         pres = [observe(base, r) for r in group]
+        pre_gen = [observe_generation(lm, base, r) for r in group]
         t0 = time.perf_counter()
         handle = editor.apply(lm, group)
         seconds = time.perf_counter() - t0
         try:
             scorer = handle.scoring_model()
             posts = [observe(scorer, r) for r in group]
+            post_gen = [observe_generation(lm, scorer, r) for r in group]
             extra = during(scorer, group) if during is not None else None
         finally:
             handle.restore()
         # The whole group's cost (scoring before and after, edit, restore): what a full run's
         # CPU-time estimate is built from; edit_seconds alone leaves out the evaluation.
         wall = time.perf_counter() - start
-        for r, pre, post in zip(group, pres, posts):
+        for r, pre, post, pg, qg in zip(group, pres, posts, pre_gen, post_gen):
             rows.append({"uid": r.uid, "framework": r.framework, "edit_seconds": seconds,
                          "group_seconds": wall, "batch_size": len(group), **entry_metrics(pre, post),
+                         **generation_metrics(pg, qg),
                          **({"during": extra[r.uid]} if extra is not None else {}),
                          **({"git": git} if git is not None else {})})
     return rows

@@ -18,6 +18,11 @@ The held-out entries are the other frameworks' entries of the same subset (`Edit
 the classifier's scope accuracy on the entries under test is measured once and reported
 (`diagnostics()`, summary.json). Both trained parts are cached on disk by model, training set
 and settings. `serac-icl` (serac_icl.py) is the earlier training-light variant.
+
+Sequential editing (`sage edit --sequential`): the edit memory grows, one entry per edit, and
+every query is routed over all edits so far (the paper's memory is a growing list too); the
+classifier and the counterfactual model are trained once, before the first edit, on held-out
+edits (in a sequence: the other subset's entries, never an entry of the sequence).
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.api import TargetScore, TargetScorer
-from sage.editing.base import EDITORS, EditorBase, HParams, check
+from sage.editing.base import EDITORS, EditorBase, HParams, MemoryEdits, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.key_statistics import model_key
@@ -308,10 +313,11 @@ def _save(cache, name: str, obj, info: dict) -> None:
 
 
 @EDITORS.register("serac")
-class SeracEditor(EditorBase):
+class SeracEditor(MemoryEdits, EditorBase):
     can_generate = False  # studies would need to generate with two models (serac-icl generates)
     name = "serac"
     supports_batch = True
+    supports_sequential = True
     uses_pool = True
     uses_held_out = True
     hparams_cls = SeracHParams
@@ -320,6 +326,7 @@ class SeracEditor(EditorBase):
         super().__init__(hparams, context)
         self._trained: tuple | None = None
         self._diagnostics: dict = {}
+        self._memory: list[EditRequest] = []  # a sequence's edits so far
 
     def diagnostics(self) -> dict:
         return self._diagnostics
@@ -375,3 +382,14 @@ class SeracEditor(EditorBase):
         scorer = SeracScorer(LMScorer(lm.model, lm.tokenizer), counterfactual, clf, requests,
                              self.hparams.threshold)
         return WrapperHandle(scorer, None, {"memory": len(requests)})
+
+    # ------------------------------------------------------------------ sequential
+    def start_sequence(self, lm: Any, sequence: Sequence[Any]) -> None:
+        if self._trained is None:
+            self._train(lm, sequence)
+        self._memory = []
+
+    def memory_scorer(self, lm: Any) -> SeracScorer:
+        clf, counterfactual = self._trained
+        return SeracScorer(LMScorer(lm.model, lm.tokenizer), counterfactual, clf, self._memory,
+                           self.hparams.threshold)

@@ -9,6 +9,10 @@ SERAC as published.
 - Counterfactual model: the *untrained* base model prompted with the retrieved edit ("New Fact:
   ..."), used only for queries the classifier puts in scope; other queries go to the unchanged
   base model. Unlike SERAC, nothing is fine-tuned: this is in-context editing behind a router.
+
+Sequential editing (`sage edit --sequential`): the memory grows, one entry per edit, every query
+routed over all edits so far; the classifier is trained once, before the first edit, on the pool
+(in a sequence: the other subset's entries) less every entry of the sequence.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sage.api import TargetScore, TargetScorer
-from sage.editing.base import EDITORS, EditorBase, HParams, check
+from sage.editing.base import EDITORS, EditorBase, HParams, MemoryEdits, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.ike import embed, fact_line
@@ -84,15 +88,18 @@ class SeracIclScorer(TargetScorer):
 
 
 @EDITORS.register("serac-icl")
-class SeracIclEditor(EditorBase):
+class SeracIclEditor(MemoryEdits, EditorBase):
     name = "serac-icl"
     supports_batch = True
+    supports_sequential = True
     uses_pool = True
     hparams_cls = SeracIclHParams
 
     def __init__(self, hparams=None, context=None):
         super().__init__(hparams, context)
         self._emb: dict[str, Any] = {}
+        self._memory: list[EditRequest] = []  # a sequence's edits so far
+        self._classifier = None  # a sequence's, trained once
 
     def _embed_pool(self, entries: Sequence[EditRequest]) -> None:
         texts = [t for e in entries for t in (e.prompt, *e.action_paraphrases,
@@ -129,3 +136,12 @@ class SeracIclEditor(EditorBase):
         scorer = SeracIclScorer(LMScorer(lm.model, lm.tokenizer), requests, clf,
                              self.hparams.threshold, self.hparams.embedder or None)
         return WrapperHandle(scorer, None, {"memory": len(requests)})
+
+    # ------------------------------------------------------------------ sequential
+    def start_sequence(self, lm: Any, sequence: Sequence[Any]) -> None:
+        self._classifier = self.train_classifier({r.uid for r in sequence})
+        self._memory = []
+
+    def memory_scorer(self, lm: Any) -> SeracIclScorer:
+        return SeracIclScorer(LMScorer(lm.model, lm.tokenizer), self._memory, self._classifier,
+                              self.hparams.threshold, self.hparams.embedder or None)

@@ -57,6 +57,25 @@ def null_space(cov, threshold: float) -> NullSpace:
     return NullSpace(Uk @ Uk.T, int(keep.sum()), share, threshold)
 
 
+def exclude_keys(P, K):
+    """A projector onto range(P) ∩ null(K^T): P minus the projector onto span(P K), so that
+    K^T P' = 0 (to float64 rounding) and P' still lies in range(P). Directions of P K with a
+    singular value below numpy's rank tolerance (max dimension x eps x largest) are kept in P'.
+    `K` is [key_dim, n]."""
+    import torch
+
+    P = P.double()
+    M = P @ K.double().to(P.device)
+    if M.numel() == 0:
+        return P
+    U, S, _ = torch.linalg.svd(M, full_matrices=False)
+    if float(S.max()) == 0.0:
+        return P
+    tol = max(M.shape) * torch.finfo(torch.float64).eps * S.max()
+    Q = U[:, S > tol]
+    return P - Q @ Q.T
+
+
 def alphaedit_update(K, R, P, l2: float):
     """AlphaEdit: dW = R K^T P (K K^T P + l2 I)^-1 (the reference solves the transposed system
     (P K K^T + l2 I) X = P K R^T, dW = X^T). X lies in the range of P, so dW k0 = X^T P k0 ~ 0 for

@@ -9,7 +9,10 @@ Each table has two parts:
     the paper's |dP| is floored at its ceiling (mean pre-edit P(target_true)), so it is shown
     next to it, then |d log P|, CounterFact-style neighbourhood success, the rise of
     P(target_new) on neighbours and locality.
-A run that is not complete says how many of its entries are in.
+A run that is not complete says how many of its entries are in. Where any run of a table has
+the generation measures (`generation_measures.py`), part (b) adds them (pre → post; n/a for a
+run made before they existed, or a wrapper that cannot generate). Sequential runs
+(`sequential.py`) get their own table, one row per checkpoint.
 """
 from __future__ import annotations
 
@@ -94,10 +97,25 @@ def _paper_part(rows: list[dict], data_dir: Path | None, pub_key: str) -> list[s
     return out
 
 
+GEN_COLUMNS = (("reliability_gen", "reliability (gen.)"), ("action_paraphrase_gen", "action para. (gen.)"),
+               ("relation_paraphrase_gen", "relation para. (gen.)"), ("neighbourhood_gen", "nbr. kept (gen.)"))
+
+
+def _gen_cell(stats: dict, key: str) -> str:
+    """pre → post of a generation measure; n/a where a run has no value."""
+    if key not in stats and "pre_" + key not in stats:
+        return "n/a"
+    post = _mean(stats, key) if key in stats else "n/a"
+    return f"{_mean(stats, 'pre_' + key) if 'pre_' + key in stats else 'n/a'} → {post}"
+
+
 def _damage_part(rows: list[dict]) -> list[str]:
     head = ["Method", "n", "reliability", "action para.", "relation para.",
             "|dP| (ceiling)", "|d log P|", "nbr. success", "new-target rise", "locality",
             "routed edit / action / relation / nbr."]
+    gen = any(k in s["overall"] or "pre_" + k in s["overall"] for s in rows for k, _ in GEN_COLUMNS)
+    if gen:  # only tables with runs that measured it: older tables are written as before
+        head += [title for _, title in GEN_COLUMNS]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in rows:
         st = s["overall"]
@@ -109,7 +127,43 @@ def _damage_part(rows: list[dict]) -> list[str]:
                  _mean(st, "neighbourhood_dlogp"), _pre_post(st, "neighbourhood_success"),
                  _mean(st, "neighbourhood_new_rise"), _mean(st, "locality"),
                  routed if "routed_edit" in st else "–"]
+        if gen:
+            cells += [_gen_cell(st, key) for key, _ in GEN_COLUMNS]
         out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+SEQUENTIAL_TITLE = "Sequential editing: edit after edit on one model, never restored"
+SEQUENTIAL_INTRO = """Every edit so far measured at each checkpoint on the model as it stands (retention =
+reliability of the earlier edits), against each entry's scores on the unedited model; drift:
+perplexity on held-out sage-responses text and n-gram-entropy fluency, unedited → now."""
+
+
+def _drift_cell(base: dict | None, now: dict, key: str, digits: int) -> str:
+    value = now.get(key)
+    if value is None:
+        return "n/a"
+    before = (base or {}).get(key)
+    return f"{before:.{digits}f} → {value:.{digits}f}" if before is not None else f"{value:.{digits}f}"
+
+
+def _sequential_part(summaries: list[dict]) -> list[str]:
+    head = ["Method", "Subset", "Edits", "retention", "retention (gen.)", "action para.", "relation para.",
+            "|d log P|", "nbr. success", "locality", "perplexity", "fluency"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        label = s["method"] + ("" if s["n_edits"] >= s["n_expected"] else
+                               f" (partial: {s['n_edits']} of {s['n_expected']} edits)")
+        subset = s["subset"] + ("" if len(s.get("frameworks", [])) == len(FRAMEWORKS)
+                                else f" ({', '.join(s.get('frameworks', []))})")
+        for c in s["checkpoints"]:
+            st = c["measures"]
+            cells = [label, subset, str(c["step"]), _mean(st, "reliability"), _mean(st, "reliability_gen"),
+                     _mean(st, "action_paraphrase"), _mean(st, "relation_paraphrase"),
+                     _mean(st, "neighbourhood_dlogp"), _mean(st, "neighbourhood_success"), _mean(st, "locality"),
+                     _drift_cell(s.get("drift_baseline"), c["drift"], "perplexity", 2),
+                     _drift_cell(s.get("drift_baseline"), c["drift"], "fluency", 3)]
+            out.append("| " + " | ".join(cells) + " |")
     return out
 
 
@@ -133,6 +187,8 @@ See `README.md` in the results folder for each column's definition and reference
 
 def tables(out_dir: Path, data_dir: Path | None) -> str:
     summaries = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("*/*/summary.json"))]
+    sequential = [s for s in summaries if s.get("sequential")]
+    summaries = [s for s in summaries if not s.get("sequential")]
     parts = [INTRO]
     for title, subset, batch, pub_key in TABLES:
         rows = [s for s in summaries if s["batch"] == batch and s["subset"] == subset]
@@ -142,6 +198,9 @@ def tables(out_dir: Path, data_dir: Path | None) -> str:
         parts += _paper_part(rows, data_dir, pub_key)
         parts += ["", "### (b) damage and baselines (overall, pre → post)\n"]
         parts += _damage_part(rows)
+    if sequential:
+        parts += [f"\n## {SEQUENTIAL_TITLE}\n", SEQUENTIAL_INTRO, ""]
+        parts += _sequential_part(sequential)
     return "\n".join(parts) + "\n"
 
 

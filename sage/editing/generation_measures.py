@@ -1,0 +1,165 @@
+"""Evaluation by generation: does the model *say* the target, not only rank its tokens first?
+
+For every prompt kind of an entry (the edit prompt, the action and relation paraphrases, the
+neighbourhood prompts) the model continues the prompt greedily for the target's token length + 8
+tokens; a continuation counts as correct when, normalised (lower case, punctuation removed,
+whitespace collapsed, so a leading space or a final full stop does not matter), it begins with
+the normalised target as whole words: "Morally wrong, because" begins with "morally wrong", but
+"wrongful" does not begin with "wrong". Edit, action and relation prompts are checked against
+`target_new`; neighbourhood prompts against `target_true` (does the model still say what it said
+about unrelated actions). Columns, each with its pre-edit value (`pre_<name>`):
+`reliability_gen`, `action_paraphrase_gen`, `relation_paraphrase_gen`, `neighbourhood_gen`.
+
+Teacher-forced token accuracy (`entry_measures`) scores each target token given the *gold*
+prefix; generation scores what the model produces from the prompt alone. Exact teacher-forced
+match (every target token the argmax) implies that greedy decoding reproduces the target's
+tokens, but token accuracy 1.0 of a target that is only the start of a longer word ("un" of
+"unfair") or a partial token accuracy do not; and a model can say the target with other tokens
+or another case ("Unfair") that teacher forcing counts wrong.
+
+Generation goes through the handle's scoring model where it can generate (`condition_prompts`:
+IKE and SERAC-ICL put their edit context in front, as in the study); for wrappers that cannot
+(GRACE, SERAC) the post-edit columns are absent (n/a in tables).
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from sage.editing.dataset import EditRequest
+from sage.generation.prompt_tokens import eos_token_ids
+from sage.models.kv_cache import cache_kwargs, new_cache, output_cache
+
+EXTRA_TOKENS = 8  # generated beyond the target's own length
+GEN_METRICS = ("reliability_gen", "action_paraphrase_gen", "relation_paraphrase_gen", "neighbourhood_gen")
+_KINDS = (("reliability_gen", "edit"), ("action_paraphrase_gen", "action"),
+          ("relation_paraphrase_gen", "relation"), ("neighbourhood_gen", "neighbour"))
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation (Unicode category P*) removed, whitespace collapsed and stripped."""
+    kept = "".join(ch for ch in text.lower() if not unicodedata.category(ch).startswith("P"))
+    return _SPACE.sub(" ", kept).strip()
+
+
+def begins_with(continuation: str, target: str) -> bool:
+    """Whether the normalised continuation begins with the normalised target as whole words."""
+    c, t = normalise(continuation), normalise(target)
+    return bool(t) and (c == t or c.startswith(t + " "))
+
+
+def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int], batch_size: int = 32,
+                         decided: Callable[[int, str], bool] | None = None) -> list[str]:
+    """Greedy continuations (decoded text) of `prompts` on `lm` (a loaded model with `.model` and
+    `.tokenizer`), row i at most `max_new[i]` tokens, stopping at an end-of-sequence token, or
+    as soon as `decided(i, text so far)` says its outcome is known (the row then leaves the batch).
+
+    Prompts are tokenized as the teacher-forced scorer tokenizes them and left padded into
+    batches; each step runs one token per remaining row over the attention cache."""
+    import torch
+
+
+    model, tok = lm.model, lm.tokenizer
+    eos = eos_token_ids(tok, getattr(model, "generation_config", None))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos))
+    dev = next(model.parameters()).device
+    head = model.get_output_embeddings()
+    out: list[str] = []
+    for s in range(0, len(prompts), batch_size):
+        ids = [tok(p).input_ids for p in prompts[s:s + batch_size]]
+        limits = list(max_new[s:s + batch_size])
+        width = max(len(x) for x in ids)
+        x = torch.full((len(ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for i, row in enumerate(ids):
+            x[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        x, mask, pos = x.to(dev), mask.to(dev), pos.to(dev)
+        made: list[list[int]] = [[] for _ in ids]
+        active = [i for i, n in enumerate(limits) if n > 0]  # rows still generating, in batch order
+        cache = new_cache()
+        with torch.no_grad():
+            while active:
+                res = model.base_model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=True,
+                                       **cache_kwargs(model, cache))
+                cache = output_cache(res) or cache
+                nxt = head(res.last_hidden_state[:, -1]).float().argmax(-1).tolist()
+                keep = []
+                for j, (i, t) in enumerate(zip(active, nxt)):
+                    if t in eos:
+                        continue
+                    made[i].append(t)
+                    if len(made[i]) < limits[i] and not (decided and decided(s + i, tok.decode(made[i]))):
+                        keep.append(j)
+                if len(keep) < len(active):
+                    if not keep:
+                        break
+                    sel = torch.tensor(keep, device=dev)
+                    cache.batch_select_indices(sel)
+                    mask, pos = mask[sel], pos[sel]
+                active = [active[j] for j in keep]
+                x = torch.tensor([[made[i][-1]] for i in active], dtype=torch.long, device=dev)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                pos = pos[:, -1:] + 1
+        out += [tok.decode(m, skip_special_tokens=True) for m in made]
+    return out
+
+
+def decided_by(continuation: str, target: str) -> bool:
+    """Whether more tokens could change `begins_with(continuation + more, target)`: no once the
+    normalised text has left the target's path, or runs past it (normalising keeps a prefix a
+    prefix, so later tokens cannot bring either back). A text ending in a partly decoded
+    character is never decided."""
+    if continuation.endswith("\ufffd"):
+        return False
+    c, t = normalise(continuation), normalise(target)
+    return not (t.startswith(c) or c.startswith(t)) or len(c) > len(t)
+
+
+def _prompts(req: EditRequest) -> list[tuple[str, str, str]]:
+    """(kind, prompt, target it is checked against) for every prompt of an entry."""
+    rows = [("edit", req.prompt, req.target_new)]
+    rows += [("action", p, req.target_new) for p in req.action_paraphrases]
+    rows += [("relation", p, req.target_new) for p in req.relation_paraphrases]
+    rows += [("neighbour", p, req.target_true) for p in req.neighbourhood]
+    return rows
+
+
+def observe_generation(lm: Any, scorer: Any, req: EditRequest) -> dict[str, list[bool]] | None:
+    """Per prompt kind, whether each greedy continuation begins with its target, generated
+    through `scorer`'s conditioning; None where the scorer cannot generate. `"texts"` holds the
+    edit prompt's continuation."""
+    if not getattr(scorer, "can_generate", True):
+        return None
+    rows = _prompts(req)
+    tok = lm.tokenizer
+    limits = [len(tok(" " + t, add_special_tokens=False).input_ids) + EXTRA_TOKENS for _, _, t in rows]
+
+    def decided(i: int, text: str) -> bool:  # the edit prompt's continuation is kept whole (recorded)
+        return i > 0 and decided_by(text, rows[i][2])
+
+    texts = greedy_continuations(lm, scorer.condition_prompts([p for _, p, _ in rows]), limits, decided=decided)
+    out: dict[str, list] = {kind: [] for _, kind in _KINDS}
+    for (kind, _, target), text in zip(rows, texts):
+        out[kind].append(begins_with(text, target))
+    out["texts"] = [texts[0]]
+    return out
+
+
+def generation_metrics(pre: dict | None, post: dict | None) -> dict:
+    """The generation columns of one entry: post-edit shares (absent where the scoring model
+    cannot generate) and their pre-edit values, plus the edit prompt's post-edit continuation."""
+    out: dict[str, Any] = {}
+    for name, kind in _KINDS:
+        if pre is not None:
+            out["pre_" + name] = float(np.mean(pre[kind]))
+        if post is not None:
+            out[name] = float(np.mean(post[kind]))
+    if post is not None:
+        out["generated_edit"] = post["texts"][0]
+    return out
