@@ -245,5 +245,7 @@ def summarize(cfg: RunConfig, diagnostics: dict | None = None, added: bool = Fal
         "overall": aggregate(rows), "n_entries": len(rows), "n_expected": len(wanted),
         "editor": diagnostics, "seconds": run_seconds(rows), "records_git": records_git(rows),
     }
+    if previous.get("versions_note"):  # what is known of versions an earlier sitting did not record
+        summary = {**summary, "versions_note": previous["versions_note"]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

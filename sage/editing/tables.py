@@ -9,10 +9,11 @@ Each table has two parts:
     the paper's |dP| is floored at its ceiling (mean pre-edit P(target_true)), so it is shown
     next to it, then |d log P|, CounterFact-style neighbourhood success, the rise of
     P(target_new) on neighbours and locality.
-A run that is not complete says how many of its entries are in. Where any run of a table has
-the generation measures (`generation_measures.py`), part (b) adds them (pre → post; n/a for a
-run made before they existed, or a wrapper that cannot generate). Sequential runs
-(`sequential.py`) get their own table, one row per checkpoint.
+A run that is not complete says how many of its entries are in; under each table, notes name the
+runs whose records carry no per-entry git hash and those whose library versions were not recorded.
+Where any run of a table has the generation measures (`generation_measures.py`), part (b) adds
+them (pre → post; n/a for a run made before they existed, or a wrapper that cannot generate).
+Sequential runs (`sequential.py`) get their own table, one row per checkpoint.
 """
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ TABLES = (
     ("Table 4 (broad): batch editing, broad actions (all 30 entries of a framework in one edit)",
      "broad", True, "broad-actions"),
 )
-#: our method name -> the published file, and whether the paper ran it as a batch edit (its
-#: evaluation code edits MEMIT with a framework's whole subset at once, every other method one
-#: entry at a time). The paper's "FT" is EasyEdit's FT with the `prompt_last` objective: FT-L.
+#: our method name -> the published file, and whether the paper's numbers sit beside our batch
+#: runs (its evaluation code passes MEMIT a framework's whole subset through EasyEdit's `edit()`,
+#: which applies and scores one request at a time and, with the misspelt `keep_original_weights`,
+#: restores nothing: sequential editing; every other method one entry at a time on a freshly
+#: loaded model). The paper's "FT" is EasyEdit's FT with the `prompt_last` objective: FT-L.
 PUBLISHED = {"ft-l": ("ft", False), "lora": ("lora", False), "rome": ("rome", False),
              "ike": ("ike", False), "serac": ("serac", False), "memit": ("memit", True)}
 ENTRIES_PER_FRAMEWORK = {"broad": 30, "specific": 300}
@@ -78,6 +81,26 @@ def _label(s: dict) -> str:
     if expected and s["n_entries"] < expected:
         return f"{s['method']} (partial: {s['n_entries']} of {expected})"
     return s["method"]
+
+
+def _unrecorded(s: dict) -> int:
+    """Entries of a run without a per-entry git hash: a summary without `records_git` was written
+    before records carried one, so none of its entries does."""
+    counts = s.get("records_git")
+    return s["n_entries"] if counts is None else counts.get("unrecorded", 0)
+
+
+def _provenance_notes(rows: list[dict]) -> list[str]:
+    notes = []
+    missing = [f"{s['method']} ({n} of {s['n_entries']})" for s in rows if (n := _unrecorded(s))]
+    if missing:
+        notes.append("Records without per-entry git hash (made before records carried it): "
+                     + ", ".join(missing) + ".")
+    unversioned = [s["method"] for s in rows if not (s.get("versions") or {}).get("torch")]
+    if unversioned:
+        notes.append("torch / transformers versions not recorded when the run was made: "
+                     + ", ".join(unversioned) + " (`versions_note` in its summary.json).")
+    return notes
 
 
 def _paper_part(rows: list[dict], data_dir: Path | None, pub_key: str) -> list[str]:
@@ -170,8 +193,10 @@ def _sequential_part(summaries: list[dict]) -> list[str]:
 INTRO = """# CounterMoral editing results
 
 Ours: mean ± std over entries on the bundled model. GPT2-XL: the authors' published numbers
-(AGS aggregation) for the methods and mode they ran (MEMIT as a batch edit, the others one edit
-at a time; their FT is EasyEdit's FT-L objective). Their neighbourhood score used the
+(AGS aggregation) for the methods and mode they ran: MEMIT over a framework's whole subset as
+sequential edits (EasyEdit's `edit()`, one request applied and scored at a time, nothing
+restored), shown beside our Table 4, where all of a framework's edits are one update; the others
+one edit at a time; their FT is EasyEdit's FT-L objective. Their neighbourhood score used the
 probability of the last sub-token of `target_true` without a leading space, so it is near 0 for
 every method; ours uses the whole " target_true" sequence.
 
@@ -198,6 +223,8 @@ def tables(out_dir: Path, data_dir: Path | None) -> str:
         parts += _paper_part(rows, data_dir, pub_key)
         parts += ["", "### (b) damage and baselines (overall, pre → post)\n"]
         parts += _damage_part(rows)
+        for note in _provenance_notes(rows):
+            parts += ["", note]
     if sequential:
         parts += [f"\n## {SEQUENTIAL_TITLE}\n", SEQUENTIAL_INTRO, ""]
         parts += _sequential_part(sequential)
