@@ -8,13 +8,14 @@ import click
 
 from sage.cli.editing_options import (
     FRAMEWORKS,
+    check_sequential_options,
     editing_options,
     parse_methods,
     read_hparams,
 )
 from sage.cli.options import pop_executor, quiet_model_loading
 from sage.editing.dataset import default_data_dir
-from sage.editing.runner import check_data
+from sage.editing.runner import check_data, sequential_context
 from sage.executors import make_executor
 from sage.models.causal_lm import resolve_dtype
 from sage.models.resolve import resolve_model_path
@@ -36,19 +37,35 @@ def command():
 @click.option("--completion-tokens", default=24, show_default=True, type=click.IntRange(min=1))
 @click.option("--answer-tokens", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--rot-tokens", default=32, show_default=True, type=click.IntRange(min=1))
-def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, **options):
+@click.option("--sequential", is_flag=True,
+              help="Edit the entries one after another without restoring, and measure at each of --checkpoints the "
+                   "edited actions so far and a fixed control set of unrelated questions.")
+@click.option("--checkpoints", default=None,
+              help="--sequential: numbers of edits at which texts are collected, comma-separated (default: "
+                   "10,30,100,300,1000 below the sequence's length, and its end).")
+@click.option("--controls", default=5, show_default=True, type=click.IntRange(min=1),
+              help="--sequential: unrelated control entries per framework, from the other subset.")
+def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, sequential, checkpoints, controls,
+                     **options):
     """Before/after-edit SGE and baselines on completions and open-question answers and RoTs.
 
     With --executor ray, the pre-edit texts and each method's edits run as per-entry units on a Ray
     cluster (--device names the workers' device; default: the driver's)."""
 
     from sage.studies.edit_consistency import StudyConfig, run_study
+    from sage.studies.sequential_consistency import (
+        SEQUENTIAL_METHODS,
+        SequentialStudyConfig,
+        control_entries,
+        run_sequential_study,
+    )
     from sage.studies.probes import DEFAULT_QUESTION_TEMPLATE
 
     quiet_model_loading()
     executor, executor_opts = pop_executor(options)
-    methods = tuple(methods) or StudyConfig.methods
+    methods = tuple(methods) or (SEQUENTIAL_METHODS if sequential else StudyConfig.methods)
     choices = parse_methods(methods)  # unknown names and modes: one line, before anything loads
+    marks = check_sequential_options(choices, sequential, checkpoints, None, executor)
     overrides = read_hparams(hparams_file, [c.name for c in choices])
     device = options["device"]
     cfg = StudyConfig(
@@ -66,6 +83,14 @@ def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, **opt
     check_data(cfg.data, [(c.name, c.batch) for c in choices], cfg.frameworks, cfg.subset, cfg.limit)
     resolve_model_path(cfg.model, what="generator model", download=False)
 
+    if sequential:
+        for c in choices:  # the control entries (the other subset) and any pool a method reads
+            sequential_context(cfg.data, cfg.subset, method=c.name)
+        scfg = SequentialStudyConfig(cfg, checkpoints=marks, controls=controls)
+        control_entries(cfg, controls)
+        run_sequential_study(scfg)
+        click.echo(f"wrote {Path(out_dir) / 'summary.md'}")
+        return
     with make_executor(executor, executor_opts) as ex:
         run_study(cfg, executor=ex)
     click.echo(f"wrote {Path(out_dir) / 'summary.md'}")

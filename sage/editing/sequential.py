@@ -38,7 +38,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -129,9 +129,11 @@ def _from_json(obs: dict) -> dict[str, list[TargetScore]]:
 class _Sequence:
     """One sequential run in this process: the model, the editor and the stack of handles."""
 
-    def __init__(self, scfg: SequentialConfig, lm: Any, editor: Any, sequence: Sequence[EditRequest], out: Path):
+    def __init__(self, scfg: SequentialConfig, lm: Any, editor: Any, sequence: Sequence[EditRequest], out: Path,
+                 on_checkpoint: Callable[[int, Any, Any, list[EditRequest]], None] | None = None):
         self.scfg, self.cfg = scfg, scfg.run
         self.lm, self.editor, self.sequence, self.out = lm, editor, list(sequence), out
+        self.on_checkpoint = on_checkpoint
         self.base = LMScorer(lm.model, lm.tokenizer)
         self.scorer = self.base  # answers for every edit so far
         self.handles: list = []
@@ -211,6 +213,8 @@ class _Sequence:
         for i, req in enumerate(progress_bar(self.sequence[:step], desc=f"checkpoint {step}", leave=False), 1):
             rows.append({"uid": req.uid, "framework": req.framework, "step": i, **self.measure(req)})
         drift = self.probe.measure(self.lm, self.scorer)
+        if self.on_checkpoint is not None:  # before the record: a kill in between redoes it on resume
+            self.on_checkpoint(step, self.lm, self.scorer, self.sequence[:step])
         params = dict(self.lm.model.named_parameters())
         names = sorted({n for h in self.handles for n in h.edited_parameters()})
         state = save_state(self.out, step, {n: params[n] for n in names}, self.editor.sequence_state())
@@ -231,9 +235,11 @@ class _Sequence:
         self.scorer = self.base
 
 
-def run_sequential(scfg: SequentialConfig, lm=None) -> dict:
+def run_sequential(scfg: SequentialConfig, lm=None, on_checkpoint=None) -> dict:
     """Run (or resume) one sequential run; returns its summary. `lm`: a model already loaded in
-    this process (else loaded here)."""
+    this process (else loaded here). `on_checkpoint(step, lm, scoring_model, edits_so_far)` runs
+    at each checkpoint with every edit so far applied, before the checkpoint's record is stored
+    (so a run killed during it does it again on resume); studies generate through it."""
     cfg = scfg.run
     check_sequential(cfg.method)
     if cfg.batch:
@@ -249,7 +255,7 @@ def run_sequential(scfg: SequentialConfig, lm=None) -> dict:
     lm = lm or load_causal_lm(cfg.model, device=cfg.device, dtype=cfg.dtype, device_map=cfg.device_map)
     editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
                          sequential_context(cfg.data, cfg.subset, cfg.device, cfg.corpus, cfg.method))
-    run = _Sequence(scfg, lm, editor, sequence, out)
+    run = _Sequence(scfg, lm, editor, sequence, out, on_checkpoint)
     try:
         run.prepare()
         done = run.resume()

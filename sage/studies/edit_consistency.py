@@ -271,13 +271,15 @@ class StudyWorker:
 
 
 # --------------------------------------------------------------------------- scoring
-def score_states(states: dict[str, RecordStore], uids: Sequence[str], seed: int) -> pd.DataFrame:
-    """Long table (state, uid, probe, metric, value) over every state's stored texts."""
+def score_states(states: dict[str, RecordStore], uids: Sequence[str] | dict[str, Sequence[str]],
+                 seed: int) -> pd.DataFrame:
+    """Long table (state, uid, probe, metric, value) over every state's stored texts (`uids`: the
+    same entries for every state, or per state)."""
     from sage.scoring import score_responses
 
     rows, long = [], []
     for state, store in states.items():
-        for uid in uids:
+        for uid in (uids[state] if isinstance(uids, dict) else uids):
             rec = store.records[uid]
             for probe in PROBES:
                 for i, text in enumerate(rec[probe]):
