@@ -131,7 +131,7 @@ def test_edit_sequential_writes_checkpoints_summary_and_a_sequential_table(bundl
     assert summary["checkpoints"][-1]["editor"] == {} or summary["checkpoints"][-1]["measures"]["reliability"]["n"] == 2
     assert summary["drift_baseline"]["perplexity"] > 1 and summary["checkpoints"][-1]["drift"]["fluency"] is None
     tables = (out / "tables.md").read_text()
-    assert "## Sequential editing" in tables and "| grace | broad (deontology) | 2 |" in tables
+    assert "## Sequential editing" in tables and "| grace (first 2 per framework) | broad (deontology) | 2 |" in tables
     edits = (run / "edits.jsonl").read_text()
     again = CliRunner().invoke(cli, args)  # finished: summarised again, nothing remade
     assert again.exit_code == 0, again.output

@@ -4,8 +4,10 @@ al., 2023). Weights are never written.
 The adapter sits on one MLP down-projection. A codebook entry is (key, value, epsilon): the key is
 the down-projection input at the edit's key token, the value replaces the layer's output. For a
 query whose key lies within epsilon (Euclidean distance, an absolute radius as in the reference)
-of an entry's key, the layer's output from the key token onward is replaced by the entry's value;
-otherwise the layer runs unchanged (deferral). Values are trained on the target NLL.
+of an entry's key, the layer's output from the key token onward is replaced by the entry's value
+(`replacement="from_key"`, ours; EasyEdit's default `replace_last` replaces the key token's output
+only, `{"replacement": "replace_last"}`); otherwise the layer runs unchanged (deferral). Values are
+trained on the target NLL.
 
 Key token (`key`):
 - `prompt_last` (the reference: EasyEdit sets `key_id` to the last prompt token). Every
@@ -35,6 +37,10 @@ from sage.editing.target_scoring import (
 )
 
 KEY_TOKENS = ("prompt_last", "subject_last")
+#: which layer outputs a codebook hit replaces: `from_key` (ours: the key token's and every later
+#: position's, so the value also conditions the target tokens) or `replace_last` (EasyEdit's
+#: `replacement: replace_last`, GRACE.py: only the key token's output)
+REPLACEMENTS = ("from_key", "replace_last")
 
 
 @dataclass(frozen=True)
@@ -44,10 +50,13 @@ class GraceHParams(HParams):
     eps: float = 1.0  # deferral radius, absolute (Euclidean distance between keys)
     steps: int = 25
     lr: float = 1.0
+    replacement: str = "from_key"  # or EasyEdit's "replace_last" (see REPLACEMENTS)
 
     def __post_init__(self):
         name = type(self).__name__
         check(self.key in KEY_TOKENS, name, f"key must be one of {KEY_TOKENS}, got {self.key!r}")
+        check(self.replacement in REPLACEMENTS, name,
+              f"replacement must be one of {REPLACEMENTS}, got {self.replacement!r}")
         check(self.eps > 0, name, "eps must be > 0")
         check(self.steps >= 1 and self.lr > 0, name, "steps >= 1 and lr > 0")
 
@@ -55,8 +64,9 @@ class GraceHParams(HParams):
 class GraceAdapter:
     """Forward hook on one module holding the codebook."""
 
-    def __init__(self, module: Any, scan: bool):
+    def __init__(self, module: Any, scan: bool, last_only: bool = False):
         self.module = module
+        self.last_only = last_only  # replace the key token's output only (EasyEdit's replace_last)
         self.keys: list[Any] = []
         self.values: list[Any] = []
         self.eps: list[float] = []
@@ -102,7 +112,7 @@ class GraceAdapter:
         if self.train is not None:
             value, pos = self.train
             out = out.clone()
-            out[:, pos:] = value.to(out.dtype)
+            out[:, pos:pos + 1 if self.last_only else None] = value.to(out.dtype)
             return out
         if not self.keys:
             self.last_hits = [False] * x.shape[0]
@@ -113,7 +123,7 @@ class GraceAdapter:
         for i, hit in enumerate(hits):
             if hit is not None:
                 j, pos = hit
-                out[i, pos:] = self.values[j].to(out.dtype)
+                out[i, pos:pos + 1 if self.last_only else None] = self.values[j].to(out.dtype)
         return out
 
 
@@ -156,7 +166,8 @@ class GraceEditor(EditorBase):
 
     def _new_adapter(self, model: Any) -> tuple[GraceAdapter, int]:
         profile, [layer] = self.locate(model, [self.hparams.layer])
-        return GraceAdapter(profile.mlp_module(model, layer), scan=self.hparams.key == "subject_last"), layer
+        return GraceAdapter(profile.mlp_module(model, layer), scan=self.hparams.key == "subject_last",
+                            last_only=self.hparams.replacement == "replace_last"), layer
 
     def apply(self, lm: Any, requests: Sequence[Any]) -> WrapperHandle:
         adapter, layer = self._new_adapter(lm.model)

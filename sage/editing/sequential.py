@@ -298,7 +298,10 @@ def summarize_sequence(cfg: RunConfig, settings: dict, made_by: str | None = Non
     summary = {
         **{k: v for k, v in settings.items() if k != "order"}, "method": cfg.method, "batch": False,
         "sequential": True, "versions": versions, "git": git, "n_edits": len(edits),
-        "n_expected": len(settings["order"]), "after_each_edit": aggregate(edits), "drift_baseline": baseline,
+        "n_expected": len(settings["order"]), "after_each_edit": aggregate(edits),
+        "frameworks_after_each_edit": {fw: aggregate(r for r in edits if r["framework"] == fw)
+                                       for fw in FRAMEWORKS if any(r["framework"] == fw for r in edits)},
+        "drift_baseline": baseline,
         "checkpoints": rows,
         "seconds": {"edit_median": float(np.median(seconds)), "edit_mean": float(np.mean(seconds)),
                     "edits_timed": len(seconds)} if seconds else {},
