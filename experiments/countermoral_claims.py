@@ -134,6 +134,8 @@ def provenance(results: Path) -> list[dict]:
     out = []
     for path in sorted(Path(results).glob("*/*/summary.json")):
         s = json.loads(path.read_text())
+        if s.get("sequential"):  # sequential runs keep edits.jsonl, one record per edit (sage/editing/sequential.py)
+            continue
         rows = load_entries(results, path.parent.parent.name, path.parent.name).values()
         out.append({"run": f"{path.parent.parent.name}/{path.parent.name}", "n": len(rows),
                     "without_git": sum(1 for r in rows if not r.get("git")),

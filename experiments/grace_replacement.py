@@ -24,7 +24,7 @@ from scipy import stats
 REPO = Path(__file__).resolve().parents[1]
 MEASURES = ("reliability", "action_paraphrase", "relation_paraphrase", "neighbourhood_dlogp",
             "neighbourhood_success", "neighbourhood_new_rise", "locality", "routed_edit", "routed_action",
-            "routed_relation", "routed_neighbour")
+            "routed_relation", "routed_neighbour", "post_p_new", "edit_seconds")
 
 
 def compare(ours: Path, theirs: Path) -> str:
