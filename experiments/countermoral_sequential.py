@@ -41,8 +41,8 @@ def plot(out: Path) -> Path | None:
         label = f"{s['method']} ({', '.join(s['frameworks'])})"
         steps = [c["step"] for c in s["checkpoints"]]
         ax_r.plot(steps, [c["retention"] for c in s["checkpoints"]], marker="o", label=label)
-        ax_n.plot(steps, [c["measures"]["neighbourhood_dlogp"]["mean"] for c in s["checkpoints"]], marker="o",
-                  label=label)
+        ax_n.plot([0] + steps, [0.0] + [c["measures"]["neighbourhood_dlogp"]["mean"] for c in s["checkpoints"]],
+                  marker="o", label=label)  # 0 edits: the unedited model, no change
     ax_r.set(xlabel="edits made", ylabel="retention (reliability of all edits so far)", ylim=(0, 1.02))
     ax_n.set(xlabel="edits made", ylabel="neighbourhood |d log P| vs unedited")
     for ax in (ax_r, ax_n):
