@@ -12,6 +12,7 @@ from sage.cli.editing_options import (
     editing_options,
     parse_methods,
     read_hparams,
+    sequential_options,
     warn_deprecated,
 )
 from sage.cli.options import pop_executor, quiet_model_loading
@@ -31,12 +32,9 @@ from sage.settings import default_device
 @editing_options(default_out="results/editing",
                  method_help="Editing method (repeatable); default: every registered method.")
 @click.option("--batch", is_flag=True, hidden=True, help="Deprecated: use --method NAME:batch.")
-@click.option("--sequential", is_flag=True,
-              help="Edit after edit on one model, never restored in between, over the chosen frameworks' entries in "
-                   "a seeded order; measured after each edit and, for every edit so far, at --checkpoints.")
-@click.option("--checkpoints", default=None,
-              help="--sequential: numbers of edits at which every edit so far is measured and the state saved, "
-                   "comma-separated (default: 10,30,100,300,1000 below the sequence's length, and its end).")
+@sequential_options("Edit after edit on one model, never restored in between, over the chosen frameworks' entries in "
+                    "a seeded order; measured after each edit and, for every edit so far, at --checkpoints.",
+                    "every edit so far is measured and the state saved")
 @click.option("--order-seed", type=int, default=None, help="--sequential: seed of the edit order (default: --seed).")
 def command(methods, frameworks, batch, sequential, checkpoints, order_seed, hparams_file, out_dir, data_dir,
             **options):

@@ -56,6 +56,18 @@ def editing_options(*, default_out: str, method_help: str):
     return deco
 
 
+def sequential_options(what: str, checkpoints_mean: str):
+    """Decorator: `--sequential` and `--checkpoints`, shared by `sage edit` and the study (`what`: what a
+    sequential run does; `checkpoints_mean`: what happens at a checkpoint)."""
+    def deco(f):
+        f = click.option("--checkpoints", default=None,
+                         help=f"--sequential: numbers of edits at which {checkpoints_mean}, comma-separated "
+                              "(default: 10,30,100,300,1000 below the sequence's length, and its end).")(f)
+        return click.option("--sequential", is_flag=True, help=what)(f)
+
+    return deco
+
+
 @dataclass(frozen=True)
 class MethodChoice:
     name: str

@@ -12,6 +12,7 @@ from sage.cli.editing_options import (
     editing_options,
     parse_methods,
     read_hparams,
+    sequential_options,
 )
 from sage.cli.options import pop_executor, quiet_model_loading
 from sage.editing.dataset import default_data_dir
@@ -37,12 +38,9 @@ def command():
 @click.option("--completion-tokens", default=24, show_default=True, type=click.IntRange(min=1))
 @click.option("--answer-tokens", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--rot-tokens", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--sequential", is_flag=True,
-              help="Edit the entries one after another without restoring, and measure at each of --checkpoints the "
-                   "edited actions so far and a fixed control set of unrelated questions.")
-@click.option("--checkpoints", default=None,
-              help="--sequential: numbers of edits at which texts are collected, comma-separated (default: "
-                   "10,30,100,300,1000 below the sequence's length, and its end).")
+@sequential_options("Edit the entries one after another without restoring, and measure at each of --checkpoints the "
+                    "edited actions so far and a fixed control set of unrelated questions.",
+                    "texts are collected")
 @click.option("--controls", default=5, show_default=True, type=click.IntRange(min=1),
               help="--sequential: unrelated control entries per framework, from the other subset.")
 def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, sequential, checkpoints, controls,

@@ -16,26 +16,18 @@ the same checksums.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from sage.data.download import sha256_file
 from sage.editing.handles import WeightSnapshot
 from sage.errors import SageInputError
 
 STATE_DIR = "state"
 FILES = ("weights.safetensors", "editor.safetensors", "editor.json")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:

@@ -362,13 +362,19 @@ def run_study(cfg: StudyConfig, lm=None, executor=None) -> dict:
             ex.close()
 
 
+def write_config(out: Path, config, seed: int) -> dict:
+    """`out/config.json`: a study's configuration (a dataclass) and provenance; returns the provenance."""
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance(seed)
+    (out / "config.json").write_text(json.dumps({"config": asdict(config), "provenance": prov}, indent=2,
+                                                default=str) + "\n")
+    return prov
+
+
 def _run_study(cfg: StudyConfig, lm, executor) -> dict:
     study = _Study(cfg, lm)
     out = study.out
-    out.mkdir(parents=True, exist_ok=True)
-    prov = provenance(cfg.seed)
-    (out / "config.json").write_text(json.dumps({"config": asdict(cfg), "provenance": prov}, indent=2,
-                                                default=str) + "\n")
+    prov = write_config(out, cfg, cfg.seed)
     open_qs = study.open_paraphrases()
     states = {"pre": study.run_pre(open_qs, executor)}
     for method in cfg.methods:

@@ -34,8 +34,16 @@ from sage.editing.runner import RunConfig
 from sage.editing.sequential import SequentialConfig, run_sequential
 from sage.errors import SageInputError
 from sage.progress import progress_bar
-from sage.provenance import check_resume_settings, provenance
-from sage.studies.edit_consistency import METRICS, StudyConfig, _Study, paired_changes, score_states, state_name
+from sage.provenance import check_resume_settings
+from sage.studies.edit_consistency import (
+    METRICS,
+    StudyConfig,
+    _Study,
+    paired_changes,
+    score_states,
+    state_name,
+    write_config,
+)
 
 log = logging.getLogger(__name__)
 GROUPS = ("edited", "control")
@@ -203,10 +211,7 @@ def run_sequential_study(scfg: SequentialStudyConfig, lm=None) -> dict:
     cfg = scfg.study
     seq = _SequentialStudy(scfg, lm)
     out = seq.out
-    out.mkdir(parents=True, exist_ok=True)
-    prov = provenance(cfg.seed)
-    (out / "config.json").write_text(json.dumps({"config": asdict(scfg), "provenance": prov}, indent=2,
-                                                default=str) + "\n")
+    prov = write_config(out, scfg, cfg.seed)
     open_qs = seq.study.open_paraphrases()
     pre = seq.pre(open_qs)
     texts, summaries = {}, {}
