@@ -17,6 +17,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # backend run the transformers one (each vLLM engine start costs 30-120 s). test_generation_unit checks
 # the default itself; the vLLM tests name their backend.
 os.environ.setdefault("SAGE_DEFAULT_BACKEND", "transformers")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers share the 2 cores: one intra-op thread each (two spinning threads per worker ran
+    # the small-model steps several times slower); subprocesses (CLI runs, servers) inherit it.
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +94,12 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # `-n 2 --dist loadfile` (the README's test command) hands out whole files in this order:
+        # files with slow tests first, so the quick ones fill the end instead of one worker finishing
+        # a long file alone. A stable sort: each file stays contiguous and in its own order.
+        slow_files = {item.path for item in items if "slow" in item.keywords}
+        items.sort(key=lambda item: item.path not in slow_files)
     if _has_cuda():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
@@ -115,12 +126,16 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A local two-CPU Ray cluster for one test module (the ray extra)."""
+def ray_cluster(tmp_path_factory):
+    """A local two-CPU Ray cluster for one test module (the ray extra). Under pytest-xdist a lock
+    shared by the workers keeps it to one cluster at a time on the machine."""
+    from filelock import FileLock
+
     ray = pytest.importorskip("ray", reason="the ray extra: pip install 'sage-consistency[ray]'")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+    with FileLock(tmp_path_factory.getbasetemp().parent / "ray-cluster.lock"):
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+        yield ray
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

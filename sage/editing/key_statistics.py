@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -196,7 +197,9 @@ def self_generated_corpus(model: Any, tokenizer: Any, n_tokens: int, seed: int =
         total += int((out != tokenizer.pad_token_id).sum())
     text = "\n\n".join(t.strip() for t in texts)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)  # a concurrent reader never sees half a corpus
     return Corpus(text, source)
 
 
@@ -280,7 +283,7 @@ def second_moments(model: Any, tokenizer: Any, profile: ModelProfile, layers: Se
         cov = (sums[layer] / len(ids)).float()
         path = _cache_path(model, layer, corpus_hash, n_tokens)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")  # two processes may build the same layer
         torch.save(cov, tmp)
         tmp.replace(path)
         path.with_suffix(".json").write_text(json.dumps(

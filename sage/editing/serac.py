@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -306,10 +307,11 @@ def _save(cache, name: str, obj, info: dict) -> None:
     """One trained part and the training notes, each written whole (a crash leaves no half file)."""
     import torch
 
-    torch.save(obj, cache / (name + ".tmp"))
-    (cache / (name + ".tmp")).replace(cache / name)
-    (cache / "training.json.tmp").write_text(json.dumps(info, indent=2))
-    (cache / "training.json.tmp").replace(cache / "training.json")
+    tmp = f".tmp{os.getpid()}"  # two processes may train the same parts at once
+    torch.save(obj, cache / (name + tmp))
+    (cache / (name + tmp)).replace(cache / name)
+    (cache / ("training.json" + tmp)).write_text(json.dumps(info, indent=2))
+    (cache / ("training.json" + tmp)).replace(cache / "training.json")
 
 
 @EDITORS.register("serac")
