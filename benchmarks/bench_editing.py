@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench_output import emit
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 log = logging.getLogger("bench_editing")
@@ -123,12 +125,7 @@ def main(argv=None) -> int:
                        ("reliability", "action_paraphrase", "relation_paraphrase", "neighbourhood_score")}}
         results["methods"][name] = row
         log.info("%s: %s", name, json.dumps(row))
-    text = json.dumps(results, indent=2)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text)
-    sys.stdout.write(text + "\n")
-    return 0
+    return emit(results, args.json)
 
 
 if __name__ == "__main__":

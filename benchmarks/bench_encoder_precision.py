@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_output import emit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -92,12 +92,7 @@ def main(argv=None) -> int:
     result = {"texts": len(texts), "questions_x_kinds": len(groups), "threads": args.threads,
               "batch_size": args.batch_size, "repeats": args.repeats, "variants": rows,
               "provenance": provenance()}
-    text = json.dumps(result, indent=2)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text)
-    sys.stdout.write(text + "\n")
-    return 0
+    return emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_output import emit
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = [("sage-quality100", "q100_gpt_3.5_edges.csv"), ("sage-responses", "vicuna-7b-v1.5_0.csv"),
@@ -128,11 +129,7 @@ def main(argv=None) -> int:
     result = {"runs": runs, "fits": fits, "threads": args.threads, "encoder_backend": args.backend,
               "projection_50k_questions_s": round(biggest["seconds"] * 50_000 / biggest["questions"], 0),
               "provenance": provenance(0)}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return 0
+    return emit(result, args.json)
 
 
 if __name__ == "__main__":

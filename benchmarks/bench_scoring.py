@@ -15,13 +15,13 @@ the ratios come from one run on the same machine state; medians over the repeats
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_output import emit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,11 +142,7 @@ def main(argv=None) -> int:
             "share_outside_forward_incl_load": med(t["outside"]),
             "share_outside_forward_excl_load": med(t["outside_excl_load"]),
         }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return 0
+    return emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from paired_variants import paired_difference_lines, write_results
+
 REPO = Path(__file__).resolve().parents[1]
 COLS = ("reliability", "action_paraphrase", "relation_paraphrase", "neighbourhood_score",
         "neighbourhood_dlogp", "neighbourhood_success", "neighbourhood_new_rise", "locality")
@@ -50,9 +52,7 @@ def main(argv=None) -> int:
     from sage.editing.runner import editing_context
     from sage.editing.target_scoring import LMScorer
     from sage.errors import SageInputError
-    from sage.metrics.stats import bootstrap_mean_ci
     from sage.models.causal_lm import load_causal_lm
-    from sage.provenance import provenance
 
     try:
         variants = json.loads(args.variants)
@@ -103,18 +103,8 @@ def main(argv=None) -> int:
     if len(rows) > 1:
         lines += ["", f"Paired difference from `{ref['label']}` (the same entries; mean [95% bootstrap CI]):",
                   "", "| Variant | " + " | ".join(COLS) + " |", "|---|" + "---:|" * len(COLS)]
-    for row in rows[1:]:
-        diffs = {c: bootstrap_mean_ci([a[c] - b[c] for a, b in zip(row["entries"], ref["entries"])],
-                                      seed=args.seed) for c in COLS}
-        row["paired_difference"] = {"from": ref["label"], **{c: d.as_dict() for c, d in diffs.items()}}
-        lines.append(f"| {row['label']} | " + " | ".join(diffs[c].fmt() for c in COLS) + " |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
-    (args.out / "summary.json").write_text(json.dumps(
-        {"config": vars(args) | {"out": str(args.out)}, "rows": rows, "provenance": provenance(args.seed)},
-        indent=2, default=str) + "\n")
-    print("\n".join(lines))
-    return 0
+    lines += paired_difference_lines(rows, ref, COLS, args.seed, label="label", reference={"from": ref["label"]})
+    return write_results(args, lines, rows)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ metrics, versions, git hash).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from paired_variants import paired_difference_lines, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 COLS = ("reliability", "action_paraphrase", "relation_paraphrase", "neighbourhood_score", "locality")
@@ -41,9 +42,7 @@ def main(argv=None) -> int:
     from sage.editing.rome import RomeHParams
     from sage.editing.target_scoring import LMScorer
     from sage.errors import SageInputError
-    from sage.metrics.stats import bootstrap_mean_ci
     from sage.models.causal_lm import load_causal_lm
-    from sage.provenance import provenance
 
     try:
         layers = [int(x) for x in args.layers.split(",") if x.strip()]
@@ -86,20 +85,8 @@ def main(argv=None) -> int:
     if len(rows) > 1:
         lines += ["", f"Paired difference from layer {base_layer} (the same entries; mean [95% bootstrap CI]):",
                   "", "| Layer | " + " | ".join(COLS) + " |", "|---:|" + "---:|" * len(COLS)]
-    for row in rows:
-        if row is ref:
-            continue
-        diffs = {c: bootstrap_mean_ci([a[c] - b[c] for a, b in zip(row["entries"], ref["entries"])],
-                                      seed=args.seed) for c in COLS}
-        row["paired_difference"] = {"from_layer": base_layer, **{c: d.as_dict() for c, d in diffs.items()}}
-        lines.append(f"| {row['layer']} | " + " | ".join(diffs[c].fmt() for c in COLS) + " |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
-    (args.out / "summary.json").write_text(json.dumps(
-        {"config": vars(args) | {"out": str(args.out)}, "rows": rows, "provenance": provenance(args.seed)},
-        indent=2, default=str) + "\n")
-    print("\n".join(lines))
-    return 0
+    lines += paired_difference_lines(rows, ref, COLS, args.seed, label="layer", reference={"from_layer": base_layer})
+    return write_results(args, lines, rows)
 
 
 if __name__ == "__main__":

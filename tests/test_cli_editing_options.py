@@ -81,6 +81,8 @@ def test_the_old_batch_flag_still_works_with_a_warning(tmp_path):
     (["--sequential", "--method", "rome", "--executor", "ray"], "drop --executor"),
     (["--method", "rome", "--checkpoints", "10"], "belong to --sequential"),
     (["--method", "rome", "--order-seed", "3"], "belong to --sequential"),
+    (["--method", "rome", "--drift-texts", "8"], "belong to --sequential"),
+    (["--sequential", "--method", "rome", "--drift-texts", "0"], "--drift-texts must be >= 1"),
     (["--sequential", "--method", "rome", "--checkpoints", "10,x"], "comma-separated numbers"),
 ])
 def test_sequential_options_that_do_not_fit_stop_in_one_line(extra, message, tmp_path):

@@ -120,8 +120,8 @@ def test_edit_sequential_writes_checkpoints_summary_and_a_sequential_table(bundl
     hp.write_text(json.dumps({"grace": {"steps": 10}}))
     out = tmp_path / "out"
     args = ["edit", "--sequential", "--method", "grace", "--framework", "deontology", "--subset", "broad",
-            "--limit", "2", "--checkpoints", "1", "--data", str(countermoral_dir), "--out", str(out),
-            "--hparams", str(hp)]
+            "--limit", "2", "--checkpoints", "1", "--drift-texts", "8", "--data", str(countermoral_dir),
+            "--out", str(out), "--hparams", str(hp)]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     run = out / "grace" / "broad-sequential-deontology"
@@ -130,6 +130,7 @@ def test_edit_sequential_writes_checkpoints_summary_and_a_sequential_table(bundl
     assert [c["step"] for c in summary["checkpoints"]] == [1, 2]
     assert summary["checkpoints"][-1]["editor"] == {} or summary["checkpoints"][-1]["measures"]["reliability"]["n"] == 2
     assert summary["drift_baseline"]["perplexity"] > 1 and summary["checkpoints"][-1]["drift"]["fluency"] is None
+    assert json.loads((run / "settings.json").read_text())["drift"]["texts"] == 8  # --drift-texts, recorded
     tables = (out / "tables.md").read_text()
     assert "## Sequential editing" in tables and "| grace (first 2 per framework) | broad (deontology) | 2 |" in tables
     edits = (run / "edits.jsonl").read_text()

@@ -190,9 +190,10 @@ def test_alphaedit_projection_excludes_the_earlier_edits_keys(bundled_lm, counte
 
 
 DRIVER = r"""
-import os, signal, sys, json
+import logging, os, signal, sys, json
 from pathlib import Path
 import torch
+logging.basicConfig(level=logging.INFO)  # the resume line is read by the test
 torch.set_num_threads(1)
 from sage.editing import sequential
 from sage.editing.runner import RunConfig
@@ -208,8 +209,9 @@ if kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
     sequential._Sequence.edit = killing_edit
 run = RunConfig(method="alphaedit", frameworks=["care_ethics"], subset="specific", out=Path(cfg["out"]),
-                data=cfg["data"], limit=2, overrides=cfg["overrides"], corpus=cfg["corpus"])
-run_sequential(SequentialConfig(run, checkpoints=(1, 2), drift_texts=4, fluency_prompts=1))
+                data=cfg["data"], limit=3, overrides=cfg["overrides"], corpus=cfg["corpus"])
+# checkpoints after edits 1 and 3; between them, edit 2's state is saved unmeasured (save_every=2)
+run_sequential(SequentialConfig(run, checkpoints=(1, 3), drift_texts=4, fluency_prompts=1, save_every=2))
 """
 
 
@@ -223,20 +225,23 @@ def test_sigkilled_sequence_resumes_to_the_records_of_an_uninterrupted_one(count
 
     whole = run(tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr[-2000:]
-    killed = run(tmp_path / "killed", kill_after=2)
+    killed = run(tmp_path / "killed", kill_after=3)
     assert killed.returncode == -signal.SIGKILL
     d_whole = tmp_path / "whole" / "alphaedit" / "specific-sequential-care_ethics"
     d_killed = tmp_path / "killed" / "alphaedit" / "specific-sequential-care_ethics"
-    assert len(_records(d_killed / "edits.jsonl")) == 2 and len(_records(d_killed / "checkpoints.jsonl")) == 2
+    assert len(_records(d_killed / "edits.jsonl")) == 3 and len(_records(d_killed / "checkpoints.jsonl")) == 2
+    assert [r["step"] for r in _records(d_killed / "saves.jsonl")] == [2]
+    assert sorted(p.name for p in (d_killed / "state").iterdir()) == ["step-2"]  # the save, not checkpoint 1
     resumed = run(tmp_path / "killed")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    for name in ("baseline.jsonl", "edits.jsonl", "checkpoints.jsonl"):
+    assert "after 2 edits" in resumed.stderr  # from the save between the checkpoints
+    for name in ("baseline.jsonl", "edits.jsonl", "checkpoints.jsonl", "saves.jsonl"):
         assert _records(d_killed / name) == _records(d_whole / name), name  # checksums of the states included
     from safetensors.torch import load_file
 
-    last = _records(d_killed / "checkpoints.jsonl")[-1]  # the end: AlphaEdit's keys of both edits, both layers
+    last = _records(d_killed / "checkpoints.jsonl")[-1]  # the end: AlphaEdit's keys of all edits, both layers
     assert sorted(load_file(str(d_killed / last["state"]["dir"] / "editor.safetensors"))) == [
-        "keys.3.0", "keys.3.1", "keys.4.0", "keys.4.1"]
+        "keys.3.0", "keys.3.1", "keys.3.2", "keys.4.0", "keys.4.1", "keys.4.2"]
 
 
 EVERY = {

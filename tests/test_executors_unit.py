@@ -7,7 +7,7 @@ import pytest
 from fixtures_cli import assert_clean_error, run_sage
 
 from sage.errors import SageInputError
-from sage.executors import EXECUTORS, ExecutorOptions, make_executor
+from sage.executors import EXECUTORS, ExecutorOptions, make_executor, run_units
 
 
 class Squarer:
@@ -29,6 +29,28 @@ def test_local_executor_runs_units_in_order_and_keeps_keyed_workers():
     ex.release("sq")
     assert list(ex.map(Squarer, [5], key="sq")) == [(0, 25)] and Squarer.built == 2
     assert sorted(EXECUTORS.names()) == ["local", "ray"]
+
+
+def test_run_units_hands_each_result_to_the_caller_and_releases_unless_asked_to_keep():
+    """The one loop `sage edit`'s sweep and the edit-consistency study both run."""
+    Squarer.built = 0
+    ex, got = make_executor(), {}
+    run_units(ex, Squarer, [2, 3], key="k", desc="t", size=lambda u: 1, on_result=got.__setitem__, release=False)
+    assert got == {0: 4, 1: 9} and Squarer.built == 1
+    run_units(ex, Squarer, [4], key="k", desc="t", size=lambda u: 1, on_result=got.__setitem__)
+    assert got[0] == 16 and Squarer.built == 1  # kept between the two calls
+    run_units(ex, Squarer, [5], key="k", desc="t", size=lambda u: 1, on_result=got.__setitem__)
+    assert got[0] == 25 and Squarer.built == 2  # released by the previous call
+    run_units(ex, Squarer, [], key="k", desc="t", size=lambda u: 1, on_result=got.__setitem__)  # nothing to do
+
+
+def test_pending_groups_skip_finished_items_one_unit_each_or_one_batch():
+    from sage.editing.sweep import pending_groups
+
+    assert pending_groups(["a", "b", "c"], {"b"}, batch=False) == [("a",), ("c",)]
+    assert pending_groups(["a", "b", "c"], {"b"}, batch=True) == [("a", "c")]
+    assert pending_groups(["a"], {"a"}, batch=True) == []
+    assert pending_groups([(1, "a"), (2, "b")], {"a"}, batch=False, key=lambda x: x[1]) == [((2, "b"),)]
 
 
 def test_unknown_executor_and_bad_options_are_one_line_errors():

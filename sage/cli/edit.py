@@ -36,8 +36,8 @@ from sage.settings import default_device
                     "a seeded order; measured after each edit and, for every edit so far, at --checkpoints.",
                     "every edit so far is measured and the state saved")
 @click.option("--order-seed", type=int, default=None, help="--sequential: seed of the edit order (default: --seed).")
-def command(methods, frameworks, batch, sequential, checkpoints, order_seed, hparams_file, out_dir, data_dir,
-            **options):
+def command(methods, frameworks, batch, sequential, checkpoints, drift_texts, order_seed, hparams_file, out_dir,
+            data_dir, **options):
     """Edit moral judgments (CounterMoral) and score reliability, generalization and neighbourhood.
 
     With --executor ray, the (method, framework, entry) units of the sweep run on a Ray cluster.
@@ -48,7 +48,7 @@ def command(methods, frameworks, batch, sequential, checkpoints, order_seed, hpa
     if batch:
         warn_deprecated("--batch", "--method NAME:batch")
     choices = parse_methods(list(methods) or EDITORS.names(), all_batch=batch)  # unknown names fail here
-    marks = check_sequential_options(choices, sequential, checkpoints, order_seed, executor_name)
+    marks = check_sequential_options(choices, sequential, checkpoints, order_seed, executor_name, drift_texts)
     frameworks = list(frameworks) or list(FRAMEWORKS)
     overrides = read_hparams(hparams_file, [c.name for c in choices])
     data = Path(data_dir) if data_dir else default_data_dir()
@@ -68,7 +68,8 @@ def command(methods, frameworks, batch, sequential, checkpoints, order_seed, hpa
         for cfg in cfgs:  # the other subset's files a retrieval or trained method reads, checked before any load
             sequential_context(cfg.data, cfg.subset, method=cfg.method)
         for cfg in cfgs:
-            summary = run_sequential(SequentialConfig(cfg, checkpoints=marks, order_seed=order_seed))
+            summary = run_sequential(SequentialConfig(cfg, checkpoints=marks, order_seed=order_seed,
+                                                      drift_texts=drift_texts or SequentialConfig.drift_texts))
             last = summary["checkpoints"][-1] if summary["checkpoints"] else {}
             log.info("%s sequential: %d edits, retention %.3f", cfg.method, summary["n_edits"],
                      last.get("retention", float("nan")))

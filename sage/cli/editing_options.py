@@ -60,6 +60,9 @@ def sequential_options(what: str, checkpoints_mean: str):
     """Decorator: `--sequential` and `--checkpoints`, shared by `sage edit` and the study (`what`: what a
     sequential run does; `checkpoints_mean`: what happens at a checkpoint)."""
     def deco(f):
+        f = click.option("--drift-texts", type=int, default=None,
+                         help="--sequential: held-out texts the drift perplexity is measured on at each checkpoint "
+                              "(default 64; fewer make quicker checkpoints and a noisier perplexity).")(f)
         f = click.option("--checkpoints", default=None,
                          help=f"--sequential: numbers of edits at which {checkpoints_mean}, comma-separated "
                               "(default: 10,30,100,300,1000 below the sequence's length, and its end).")(f)
@@ -93,13 +96,17 @@ def parse_methods(methods, *, all_batch: bool = False) -> list[MethodChoice]:
 
 
 def check_sequential_options(choices: list[MethodChoice], sequential: bool, checkpoints: str | None,
-                             order_seed: int | None, executor: str) -> tuple[int, ...] | None:
+                             order_seed: int | None, executor: str,
+                             drift_texts: int | None = None) -> tuple[int, ...] | None:
     """The checkpoints of a `--sequential` run (None: the defaults); one line for options that do not fit
     together, or a method that cannot edit sequentially, before anything loads."""
     if not sequential:
-        if checkpoints is not None or order_seed is not None:
-            raise SageInputError("--checkpoints and --order-seed belong to --sequential; add it or drop them")
+        if checkpoints is not None or order_seed is not None or drift_texts is not None:
+            raise SageInputError("--checkpoints, --order-seed and --drift-texts belong to --sequential; "
+                                 "add it or drop them")
         return None
+    if drift_texts is not None and drift_texts < 1:
+        raise SageInputError(f"--drift-texts must be >= 1 (got {drift_texts})")
     if any(c.batch for c in choices):
         raise SageInputError(f"--sequential edits one entry after another; drop ':{BATCH_MODE}' (and --batch)")
     if executor != "local":

@@ -43,8 +43,8 @@ def command():
                     "texts are collected")
 @click.option("--controls", default=5, show_default=True, type=click.IntRange(min=1),
               help="--sequential: unrelated control entries per framework, from the other subset.")
-def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, sequential, checkpoints, controls,
-                     **options):
+def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, sequential, checkpoints, drift_texts,
+                     controls, **options):
     """Before/after-edit SGE and baselines on completions and open-question answers and RoTs.
 
     With --executor ray, the pre-edit texts and each method's edits run as per-entry units on a Ray
@@ -63,7 +63,7 @@ def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, seque
     executor, executor_opts = pop_executor(options)
     methods = tuple(methods) or (SEQUENTIAL_METHODS if sequential else StudyConfig.methods)
     choices = parse_methods(methods)  # unknown names and modes: one line, before anything loads
-    marks = check_sequential_options(choices, sequential, checkpoints, None, executor)
+    marks = check_sequential_options(choices, sequential, checkpoints, None, executor, drift_texts)
     overrides = read_hparams(hparams_file, [c.name for c in choices])
     device = options["device"]
     cfg = StudyConfig(
@@ -84,7 +84,8 @@ def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, seque
     if sequential:
         for c in choices:  # the control entries (the other subset) and any pool a method reads
             sequential_context(cfg.data, cfg.subset, method=c.name)
-        scfg = SequentialStudyConfig(cfg, checkpoints=marks, controls=controls)
+        scfg = SequentialStudyConfig(cfg, checkpoints=marks, controls=controls,
+                                     drift_texts=drift_texts or SequentialStudyConfig.drift_texts)
         control_entries(cfg, controls)
         run_sequential_study(scfg)
         click.echo(f"wrote {Path(out_dir) / 'summary.md'}")

@@ -19,14 +19,15 @@ Measured:
 Layout under `<out>/<method>/<subset>-sequential[-<frameworks>]/` (the suffix names the
 frameworks when they are not all four): `settings.json` (a rerun with other settings is
 refused), `baseline.jsonl` (each entry's scores on the unedited model), `edits.jsonl` (one
-record per edit), `checkpoints.jsonl` (one record per checkpoint), `state/step-<n>/` (the latest
-checkpoint's edited weights and editor state with sha256 checksums, `sequence_state.py`) and
+record per edit), `checkpoints.jsonl` (one record per checkpoint), `saves.jsonl` (the states saved
+unmeasured every `save_every` edits between checkpoints), `state/step-<n>/` (the latest saved
+state: edited weights and editor state with sha256 checksums, `sequence_state.py`) and
 `summary.json`.
 
 Crash safety: every record goes through the torn-tail-safe `RecordStore`. A killed run resumes
-from its last checkpoint: the editor is prepared on the unedited model (`start_sequence`), the
-checkpoint's checksums are verified, its weights and editor state loaded, and the edits after it
-are made again; their records, already stored by the killed sitting, are kept (the run is
+from its latest saved state (a checkpoint's or a save's): the editor is prepared on the unedited
+model (`start_sequence`), the state's checksums are verified, its weights and editor state
+loaded, and the edits after it are made again; their records, already stored by the killed sitting, are kept (the run is
 deterministic, so they are the same; tested with SIGKILL). After the sequence every handle is
 restored in reverse order, which gives back the original weights bit for bit.
 """
@@ -73,6 +74,10 @@ class SequentialConfig:
     order_seed: int | None = None  # None: run.seed
     drift_texts: int = drift.SAMPLE_TEXTS  # held-out texts perplexity is measured on (fewer: quicker checkpoints)
     fluency_prompts: int = len(drift.FLUENCY_PROMPTS)  # the first N of drift.FLUENCY_PROMPTS
+    # Between checkpoints, the state is also saved (unmeasured) every N edits, so a run killed between
+    # checkpoints 100 and 300 resumes from at most N edits back (0: only at checkpoints). Not a
+    # setting of the results: the records are the same whatever it is.
+    save_every: int = 10
 
     @property
     def seed(self) -> int:
@@ -140,6 +145,7 @@ class _Sequence:
         self.made_by = git_revision()
         self.edits = RecordStore(out / "edits.jsonl", key_field="uid")
         self.points = RecordStore(out / "checkpoints.jsonl", key_field="step")
+        self.saves = RecordStore(out / "saves.jsonl", key_field="step")  # unmeasured states between checkpoints
         self.pre: dict[str, dict] = {}
         self.probe = None
 
@@ -166,11 +172,12 @@ class _Sequence:
                                  "with (the sage-responses files changed); use a new --out directory")
 
     def resume(self) -> int:
-        """Load the last checkpoint, if any; returns the number of edits it holds."""
-        steps = [s for s in self.points.records if s > 0]
-        if not steps:
+        """Load the latest saved state (a checkpoint's or a save's between them), if any; returns the
+        number of edits it holds."""
+        saved = {**self.saves.records, **{s: r for s, r in self.points.records.items() if s > 0}}
+        if not saved:
             return 0
-        rec = self.points.records[max(steps)]
+        rec = saved[max(saved)]
         weights, state = load_state(self.out, rec["state"])
         self.handles.append(WeightEditHandle(install_weights(self.lm.model, weights), self.base))
         by_uid = {r.uid: r for r in self.sequence}
@@ -215,9 +222,7 @@ class _Sequence:
         drift = self.probe.measure(self.lm, self.scorer)
         if self.on_checkpoint is not None:  # before the record: a kill in between redoes it on resume
             self.on_checkpoint(step, self.lm, self.scorer, self.sequence[:step])
-        params = dict(self.lm.model.named_parameters())
-        names = sorted({n for h in self.handles for n in h.edited_parameters()})
-        state = save_state(self.out, step, {n: params[n] for n in names}, self.editor.sequence_state())
+        state = self._save_state(step)
         measures = aggregate(rows)
         self.points.append([{
             "step": step, "retention": measures["reliability"]["mean"], "measures": measures,
@@ -226,6 +231,18 @@ class _Sequence:
             "per_edit": {r["uid"]: {k: r[k] for k in PER_EDIT if k in r} for r in rows},
             "drift": drift, "state": state, "editor": self.editor.diagnostics(), "git": self.made_by,
             "seconds": time.perf_counter() - t0}])
+        prune(self.out, keep=state["dir"])
+
+    def _save_state(self, step: int) -> dict:
+        """The edited weights and the editor's state after `step` edits, on disk with their sha256."""
+        params = dict(self.lm.model.named_parameters())
+        names = sorted({n for h in self.handles for n in h.edited_parameters()})
+        return save_state(self.out, step, {n: params[n] for n in names}, self.editor.sequence_state())
+
+    def save(self, step: int) -> None:
+        """Save the state after `step` edits without measuring (a resume point between checkpoints)."""
+        state = self._save_state(step)
+        self.saves.append([{"step": step, "state": state, "git": self.made_by}])
         prune(self.out, keep=state["dir"])
 
     def restore(self) -> None:
@@ -267,6 +284,8 @@ def run_sequential(scfg: SequentialConfig, lm=None, on_checkpoint=None) -> dict:
                 bar.update(1)
                 if todo and step == todo[0]:
                     run.checkpoint(todo.pop(0))
+                elif scfg.save_every and step % scfg.save_every == 0 and step not in run.saves:
+                    run.save(step)
         finally:
             bar.close()
     finally:

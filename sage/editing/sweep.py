@@ -29,9 +29,8 @@ from sage.editing.runner import (
     run_settings,
     summarize,
 )
-from sage.executors import make_executor
+from sage.executors import make_executor, run_units
 from sage.models.causal_lm import load_causal_lm
-from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, git_revision
 from sage.settings import default_device
 
@@ -45,22 +44,33 @@ class EditUnit:
     requests: tuple[EditRequest, ...]  # read by the driver: workers read no entry files
 
 
+class EditorCache:
+    """The editor of the latest (method, settings, framework, mode) on a worker, built once and
+    kept while units of that framework follow (its retrieval pool, SERAC's trained parts), as a
+    sequential run keeps one. `sage edit`'s workers and the edit-consistency study's share it."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._key, self._editor = None, None
+
+    def get(self, method: str, seed: int, overrides: dict, data, framework: str, subset: str, batch: bool,
+            corpus: str | None):
+        key = json.dumps([method, seed, overrides, corpus, data, subset, batch, framework], sort_keys=True,
+                         default=str)
+        if key != self._key:
+            self._editor = make_editor(method, {"seed": seed, **overrides},
+                                       editing_context(data, framework, subset, batch, self.device, corpus,
+                                                       method=method))
+            self._key = key
+        return self._editor
+
+
 class EditWorker:
     """Holds the loaded model; `run(unit)` edits and scores the unit's entries and restores."""
 
     def __init__(self, model: str, device: str | None):
         self.model, self.device = model, device or default_device()  # resolved where the worker runs
-        self._editor_key, self._editor = None, None
-
-    def _editor_for(self, cfg: RunConfig, framework: str):
-        key = json.dumps([cfg.method, cfg.seed, cfg.overrides, cfg.corpus, cfg.data, cfg.subset, cfg.batch,
-                          framework], sort_keys=True, default=str)
-        if key != self._editor_key:  # one editor per (method, framework), as the sequential run keeps
-            self._editor = make_editor(cfg.method, {"seed": cfg.seed, **cfg.overrides},
-                                       editing_context(cfg.data, framework, cfg.subset, cfg.batch,
-                                                       self.device, cfg.corpus, method=cfg.method))
-            self._editor_key = key
-        return self._editor
+        self.editors = EditorCache(self.device)
 
     def run(self, unit: EditUnit) -> tuple[list[dict], dict]:
         """(the unit's rows, the editor's diagnostics, e.g. SERAC's scope accuracy)."""
@@ -68,19 +78,25 @@ class EditWorker:
         cfg = replace(unit.cfg, device=self.device)
         lm = load_causal_lm(cfg.model, device=self.device, dtype=cfg.dtype,
                             device_map=cfg.device_map)  # loaded once per process
-        editor = self._editor_for(cfg, unit.framework)
+        editor = self.editors.get(cfg.method, cfg.seed, cfg.overrides, cfg.data, unit.framework, cfg.subset,
+                                  cfg.batch, cfg.corpus)
         rows = evaluate(editor, lm, unit.requests, batch=cfg.batch)
         return rows, editor.diagnostics()
 
 
+def pending_groups(items: Sequence, done, batch: bool, key=lambda item: item) -> list[tuple]:
+    """The items not yet in `done` (a record store, or any container of keys), as units of work:
+    all of them in one group in batch mode, else one each."""
+    todo = tuple(item for item in items if key(item) not in done)
+    if not todo:
+        return []
+    return [todo] if batch else [(item,) for item in todo]
+
+
 def sweep_units(cfg: RunConfig, entries: dict[str, list[EditRequest]], store: RecordStore) -> list[EditUnit]:
     """The unfinished work of one run: an entry per unit, or a framework's entries in batch mode."""
-    units = []
-    for fw, requests in entries.items():
-        todo = tuple(r for r in requests if r.uid not in store)
-        if todo:
-            units += [EditUnit(cfg, fw, todo)] if cfg.batch else [EditUnit(cfg, fw, (r,)) for r in todo]
-    return units
+    return [EditUnit(cfg, fw, group) for fw, requests in entries.items()
+            for group in pending_groups(requests, store, cfg.batch, key=lambda r: r.uid)]
 
 
 def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None = None) -> list[dict]:
@@ -106,20 +122,17 @@ def run_sweep(configs: Sequence[RunConfig], executor=None, *, device: str | None
                 work += [(store, unit) for unit in sweep_units(cfg, entries, store)]
             if not work:
                 continue
-            key = f"edit:{model}:{device}"
-            bar = progress_bar(total=sum(len(u.requests) for _, u in work), desc=f"edits ({ex.name})", unit="entry",
-                               leave=False)
-            try:
-                for i, (rows, diagnostics) in ex.map(functools.partial(EditWorker, model, device),
-                                                     [u for _, u in work], key=key):
-                    work[i][0].append({**row, "git": made_by} for row in rows)
-                    added.add(id(work[i][1].cfg))
-                    if diagnostics:
-                        found[id(work[i][1].cfg)][work[i][1].framework] = diagnostics
-                    bar.update(len(rows))
-            finally:
-                bar.close()
-                ex.release(key)
+
+            def store_rows(i: int, result: tuple[list[dict], dict], work=work) -> None:
+                (store, unit), (rows, diagnostics) = work[i], result
+                store.append({**row, "git": made_by} for row in rows)
+                added.add(id(unit.cfg))
+                if diagnostics:
+                    found[id(unit.cfg)][unit.framework] = diagnostics
+
+            run_units(ex, functools.partial(EditWorker, model, device), [u for _, u in work],
+                      key=f"edit:{model}:{device}", desc=f"edits ({ex.name})", size=lambda u: len(u.requests),
+                      on_result=store_rows)
         return [summarize(cfg, diagnostics=found.get(id(cfg)), added=id(cfg) in added) for cfg in configs]
     finally:
         if ex is not executor:

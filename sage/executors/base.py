@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from sage.api import Executor
 from sage.errors import SageInputError
+from sage.progress import progress_bar
 from sage.registry import Registry
 
 EXECUTORS: Registry[type] = Registry(
@@ -52,3 +53,21 @@ def make_executor(name: str | Executor | None = None, options: ExecutorOptions |
     if isinstance(name, Executor):
         return name
     return EXECUTORS.get(name or "local")(options)
+
+
+def run_units(executor: Executor, factory, units, *, key: str, desc: str, size, on_result,
+              release: bool = True) -> None:
+    """The one loop that hands units of work to `executor`'s workers (built by `factory`, kept
+    under `key`) and gives each result to `on_result(index, result)` as it arrives: the caller
+    writes it to its record store, so a killed run resumes from what was written. A progress bar
+    counts `size(unit)` per finished unit; `release=False` keeps the workers for the caller's next
+    call with the same key (a study's states share one loaded model)."""
+    bar = progress_bar(total=sum(size(u) for u in units), desc=desc, unit="entry", leave=False)
+    try:
+        for i, result in executor.map(factory, units, key=key):
+            on_result(i, result)
+            bar.update(size(units[i]))
+    finally:
+        bar.close()
+        if release:
+            executor.release(key)

@@ -24,13 +24,14 @@ import numpy as np
 import pandas as pd
 
 from sage.data.records import RecordStore
-from sage.editing.base import EDITORS, check_batch_mode, make_editor
+from sage.editing.base import EDITORS, check_batch_mode
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.editing.entry_measures import aggregate
-from sage.editing.runner import editing_context, evaluate, method_settings
+from sage.editing.runner import evaluate, method_settings
+from sage.editing.sweep import EditorCache, pending_groups
 from sage.editing.target_scoring import LMScorer
 from sage.errors import SageInputError
-from sage.executors import make_executor
+from sage.executors import make_executor, run_units
 from sage.generation.cache import CachedBackend, GenerationCache
 from sage.generation.hf import TransformersBackend
 from sage.generation.model_specs import resolve_model
@@ -38,7 +39,6 @@ from sage.metrics.fluency import mean_ngram_entropy
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.models.causal_lm import load_causal_lm
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
-from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
 
@@ -190,19 +190,15 @@ class _Study:
             out.append({"key": r.uid, "uid": r.uid, "framework": r.framework, **texts[r.uid]})
         return out
 
-    def method_records(self, method: str, group: Sequence[EditRequest], open_qs, editors: dict) -> list[dict]:
+    def method_records(self, method: str, group: Sequence[EditRequest], open_qs, editors: EditorCache) -> list[dict]:
         """Edit with `method` (the whole group in one edit), generate through the edited model,
-        restore; one record per entry. `editors` keeps one editor per framework across calls."""
+        restore; one record per entry. `editors` keeps the latest framework's editor across calls."""
 
         name, _, mode = method.partition(":")
         cfg = self.cfg
-        fw = group[0].framework
-        if fw not in editors:  # one editor per retrieval / training pool
-            editors[fw] = make_editor(name, {"seed": cfg.seed, **cfg.overrides.get(name, {})},
-                                      editing_context(cfg.data, fw, cfg.subset, mode == "batch",
-                                                      cfg.device, cfg.corpus, method=name))
-        editor = editors[fw]
         check_batch_mode(name, mode == "batch")
+        editor = editors.get(name, cfg.seed, cfg.overrides.get(name, {}), cfg.data, group[0].framework, cfg.subset,
+                             mode == "batch", cfg.corpus)
         rows = evaluate(editor, self.lm, group, batch=True,
                         during=lambda scorer, grp: self._generate_edited(name, scorer, grp, open_qs))
         texts = {row["uid"]: row.pop("during") for row in rows}
@@ -214,8 +210,9 @@ class _Study:
     def run_pre(self, open_qs, executor=None) -> RecordStore:
         check_resume_settings(self.out / "records", self.text_settings(), name="pre.settings.json")
         store = RecordStore(self.out / "records" / "pre.jsonl")
-        units = [("pre", (r.uid,)) for r in self.entries if r.uid not in store]
-        self._run_units(units, open_qs, store, "before edit", executor)
+        uids = [r.uid for r in self.entries]
+        self._run_units([("pre", g) for g in pending_groups(uids, store, batch=False)], open_qs, store,
+                        "before edit", executor)
         return store
 
     def run_method(self, method: str, open_qs, executor=None) -> RecordStore:
@@ -226,27 +223,21 @@ class _Study:
                     "method": method}
         check_resume_settings(self.out / "records", settings, name=f"{state_name(method)}.settings.json")
         store = RecordStore(self.out / "records" / f"{state_name(method)}.jsonl")
-        todo = [r.uid for r in self.entries if r.uid not in store]
-        if todo:
-            groups = [tuple(todo)] if mode == "batch" else [(u,) for u in todo]
-            self._run_units([(method, g) for g in groups], open_qs, store, f"{method} edits", executor)
+        groups = pending_groups([r.uid for r in self.entries], store, batch=mode == "batch")
+        self._run_units([(method, g) for g in groups], open_qs, store, f"{method} edits", executor)
         return store
 
     def _run_units(self, units, open_qs, store: RecordStore, desc: str, executor) -> None:
-        """Units (state, uids) on the executor's study workers; the driver appends each result."""
-
-
+        """Units (state, uids) on the executor's study workers (kept for the next state: the study
+        releases them at its end); the driver appends each result."""
         if not units:
             return
         ex = make_executor(executor)
         units = [(state, uids, {u: open_qs[u] for u in uids}) for state, uids in units]
-        bar = progress_bar(total=sum(len(u[1]) for u in units), desc=desc, unit="entry", leave=False)
         try:
-            for _, recs in ex.map(functools.partial(StudyWorker, self.cfg), units, key=f"study:{self.cfg.out}"):
-                store.append(recs)
-                bar.update(len(recs))
+            run_units(ex, functools.partial(StudyWorker, self.cfg), units, key=f"study:{self.cfg.out}", desc=desc,
+                      size=lambda unit: len(unit[1]), on_result=lambda _, recs: store.append(recs), release=False)
         finally:
-            bar.close()
             if ex is not executor:
                 ex.close()
 
@@ -258,16 +249,14 @@ class StudyWorker:
     def __init__(self, cfg: StudyConfig):
         self.study = _Study(cfg)
         self.by_uid = {r.uid: r for r in self.study.entries}
-        self._editors: tuple[str, dict] = ("", {})
+        self.editors = EditorCache(cfg.device)
 
     def run(self, unit) -> list[dict]:
         state, uids, open_qs = unit
         reqs = [self.by_uid[u] for u in uids]
         if state == "pre":
             return self.study.pre_records(reqs, open_qs)
-        if self._editors[0] != state:  # one editor per framework for the method being run, as a sequential run
-            self._editors = (state, {})
-        return self.study.method_records(state, reqs, open_qs, self._editors[1])
+        return self.study.method_records(state, reqs, open_qs, self.editors)
 
 
 # --------------------------------------------------------------------------- scoring

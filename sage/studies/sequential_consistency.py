@@ -55,7 +55,7 @@ class SequentialStudyConfig:
     study: StudyConfig  # methods (single mode), entries, generation settings, seed, out, ...
     checkpoints: tuple[int, ...] | None = None  # None: the sequential run's defaults
     controls: int = 5  # unrelated entries per framework, from the other subset
-    drift_texts: int = 64
+    drift_texts: int = SequentialConfig.drift_texts  # held-out texts of the drift perplexity
 
     def __post_init__(self):
         if any(":" in m for m in self.study.methods):
