@@ -19,6 +19,6 @@ $PY -m venv --system-site-packages "$VENV"
 if [ "$#" -gt 0 ]; then
   exec "$VENV/bin/python" -m pytest "$@"
 fi
-"$VENV/bin/python" -m pytest -p no:cacheprovider -q -m "not slow"
-"$VENV/bin/python" -m pytest -p no:cacheprovider -q tests/test_generation_transformers.py tests/test_generation_sampled_logprobs.py \
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q -n 2 --dist loadfile -m "not slow"
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q -n 2 --dist loadfile tests/test_generation_transformers.py tests/test_generation_sampled_logprobs.py \
   "tests/test_editing_methods.py::test_edit_takes_and_restores_bit_for_bit[rome]"
