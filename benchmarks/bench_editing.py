@@ -57,7 +57,7 @@ class PeakRSS:
 
 
 def main(argv=None) -> int:
-    from sage.editing.base import EDITORS, make_editor
+    from sage.editing.editor_base import EDITORS, make_editor
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
     from sage.editing.entry_measures import entry_metrics, observe
     from sage.editing.runner import editing_context

@@ -97,7 +97,7 @@ def bench_vllm_child(dtype: str, args, startups: list[float]):
 
 
 def vllm_child(dtype: str, n: int, max_new_tokens: int) -> None:
-    from sage.generation.base import BackendOptions
+    from sage.generation.backend_registry import BackendOptions
     from sage.generation.vllm_backend import VLLMBackend
 
     prompts, _ = _prompts(n)
@@ -135,7 +135,7 @@ def main(argv=None) -> None:
 
     import torch
 
-    from sage.generation.base import BackendOptions
+    from sage.generation.backend_registry import BackendOptions
     from sage.generation.hf import TransformersBackend
 
     if args.threads:

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    from sage.editing.base import make_editor
+    from sage.editing.editor_base import make_editor
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
     from sage.editing.entry_measures import aggregate, entry_metrics, observe
     from sage.editing.runner import editing_context

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    from sage.editing.base import EditContext, make_editor
+    from sage.editing.editor_base import EditContext, make_editor
     from sage.editing.dataset import FRAMEWORKS, default_data_dir, load_countermoral
     from sage.editing.entry_measures import aggregate, entry_metrics, observe
     from sage.editing.rome import RomeHParams

@@ -261,7 +261,7 @@ class Editor(ABC):
     name: str = ""
     supports_batch: bool = False
     #: True where edits can be applied one after another to one model that is never restored in
-    #: between (`sage edit --sequential`); see `sage.editing.base.EditorBase` for the hooks.
+    #: between (`sage edit --sequential`); see `sage.editing.editor_base.EditorBase` for the hooks.
     supports_sequential: bool = False
     #: False where free generation through the handle's scoring model is not implemented; studies
     #: refuse such a method up front, before any text is generated or any edit is made.

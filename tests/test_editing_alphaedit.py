@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sage.editing import solvers
-from sage.editing.base import make_editor
+from sage.editing.editor_base import make_editor
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import state_hashes
 from sage.editing.profiles import profile_for

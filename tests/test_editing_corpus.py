@@ -72,7 +72,7 @@ def test_rome_on_the_self_generated_corpus_when_no_natural_text_is_found(
     import hashlib
     import logging
 
-    from sage.editing.base import EditContext, make_editor
+    from sage.editing.editor_base import EditContext, make_editor
     from sage.editing.dataset import load_countermoral
     from sage.editing.runner import evaluate
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sage.editing.base import EDITORS, make_editor
+from sage.editing.editor_base import EDITORS, make_editor
 from sage.editing.dataset import FRAMEWORKS, load_countermoral
 from sage.errors import SageInputError
 

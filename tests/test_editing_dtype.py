@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sage.editing.base import EditContext, make_editor
+from sage.editing.editor_base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
 from sage.editing.handles import state_hashes
 from sage.editing.runner import evaluate

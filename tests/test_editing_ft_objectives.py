@@ -57,7 +57,7 @@ def test_ft_m_is_the_teacher_forced_nll_of_the_whole_target(tiny):
 
 
 def test_ft_l_and_ft_m_are_registered_with_their_reference_settings():
-    from sage.editing.base import make_editor
+    from sage.editing.editor_base import make_editor
 
     ftl = make_editor("ft-l").hparams
     assert (ftl.layer, ftl.lr, ftl.norm_constraint, ftl.steps) == (0, 5e-4, 5e-4, 25)

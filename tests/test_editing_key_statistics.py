@@ -53,7 +53,7 @@ def test_covariance_is_cached_on_disk(bundled_lm, countermoral_dir, tmp_path, mo
 
 
 def test_alphaedit_refuses_identity_and_rome_warns(caplog):
-    from sage.editing.base import make_editor
+    from sage.editing.editor_base import make_editor
 
     with pytest.raises(SageInputError, match="AlphaEdit needs key statistics"):
         make_editor("alphaedit", {"covariance": "identity"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sage.editing.base import EditContext, make_editor
+from sage.editing.editor_base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
 from sage.editing.entry_measures import observe
 from sage.editing.handles import state_hashes
@@ -63,7 +63,7 @@ def test_edit_takes_and_restores_bit_for_bit(method, bundled_lm, pool, held_out,
                                              tmp_path, monkeypatch):
     if method == "serac":  # its trained parts are cached: keep the test's out of the user cache
         monkeypatch.setenv("SAGE_CACHE_DIR", str(tmp_path))
-    from sage.editing.base import EDITORS
+    from sage.editing.editor_base import EDITORS
 
     assert method in EDITORS, f"{method} is not registered"  # a missing method must fail, not skip
     before = state_hashes(bundled_lm.model)

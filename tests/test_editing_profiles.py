@@ -10,7 +10,7 @@ import pytest
 import torch
 from fixtures_editing import assert_suffix_rows_match_full_forward
 
-from sage.editing.base import make_editor
+from sage.editing.editor_base import make_editor
 from sage.editing.handles import state_hashes
 from sage.editing.profiles import PROFILES, profile_for
 from sage.models.causal_lm import LoadedModel

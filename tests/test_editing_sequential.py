@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from sage.editing.base import EditContext, check_sequential, make_editor
+from sage.editing.editor_base import EditContext, check_sequential, make_editor
 from sage.editing.dataset import load_all
 from sage.editing.entry_measures import entry_metrics, observe
 from sage.editing.handles import state_hashes
@@ -42,7 +42,7 @@ def test_checkpoint_marks():
 
 
 def test_a_method_that_cannot_edit_sequentially_is_refused_in_one_line(monkeypatch):
-    from sage.editing.base import EDITORS
+    from sage.editing.editor_base import EDITORS
 
     check_sequential("rome")
     monkeypatch.setattr(EDITORS.get("ike"), "supports_sequential", False)

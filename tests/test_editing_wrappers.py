@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sage.editing.base import EditContext, make_editor
+from sage.editing.editor_base import EditContext, make_editor
 from sage.editing.dataset import load_countermoral
 from sage.editing.entry_measures import observe
 from sage.editing.handles import state_hashes

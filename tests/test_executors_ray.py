@@ -77,7 +77,7 @@ def test_generation_across_two_actors_equals_single_process(executor, tmp_path):
     again = run_pipeline(_config(tmp_path, "ray-again", cache_path=str(tmp_path / "local.sqlite")),
                          questions_table=table, executor=executor)
     assert again.attrs["model_calls"] == 0 and list(again["rot"]) == list(local["rot"])
-    from sage.generation.base import BackendOptions
+    from sage.generation.backend_registry import BackendOptions
     from sage.generation.model_specs import resolve_model
     from sage.models.causal_lm import load_causal_lm
 

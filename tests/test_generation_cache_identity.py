@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.generation.cache import CachedBackend, GenerationCache
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

@@ -7,7 +7,7 @@ import pytest
 
 from sage.api import GenerationRequest, SamplingParams
 from sage.errors import SageInputError
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.generation.base import BackendError, BackendOptions
+from sage.generation.backend_registry import BackendError, BackendOptions
 from tests.fixtures_loopback_http import wait_until_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]

@@ -33,7 +33,7 @@ def test_logprob_fields_name_both_distributions():
 
 @pytest.fixture(scope="module")
 def backend():
-    from sage.generation.base import BackendOptions
+    from sage.generation.backend_registry import BackendOptions
     from sage.generation.hf import TransformersBackend
     from tests.test_generation_transformers import generator_name
 

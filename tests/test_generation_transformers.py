@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.generation.cache import CachedBackend, GenerationCache
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model

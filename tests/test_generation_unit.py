@@ -10,7 +10,7 @@ from sage.api import GenerationRequest, SamplingParams
 from sage.data.questions import read_questions
 from sage.data.records import RecordStore
 from sage.errors import SageInputError
-from sage.generation.base import (
+from sage.generation.backend_registry import (
     BACKENDS,
     BackendError,
     BackendOptions,

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.generation.base import BackendOptions, build_requests
+from sage.generation.backend_registry import BackendOptions, build_requests
 from sage.generation.model_specs import PROMPT_FORMATS, resolve_model
 from sage.pipeline.stages import answer_messages
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from sage.generation import vllm_engine
-from sage.generation.base import BackendError
+from sage.generation.backend_registry import BackendError
 from tests.fixtures_vllm import _fake_versions, _import_raising
 
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.pipeline.stages import answer_messages
 from tests.fixtures_loopback_http import wait_until_serving
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.pipeline.stages import answer_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu]
@@ -39,7 +39,7 @@ def test_vllm_on_cuda_generates_batched_as_alone_and_seeds_samples(cuda_vllm):
 def test_vllm_judge_on_cuda_is_close_to_the_float32_reference(cuda_vllm, bundled_lm):
     from fixtures_judge import ANSWERS, QUESTION, hf_direct_p_yes
 
-    from sage.generation.base import build_requests
+    from sage.generation.backend_registry import build_requests
     from sage.generation.model_specs import resolve_model
     from sage.metrics.judge import judge_messages, p_yes_from_logprobs
 
@@ -57,7 +57,7 @@ def test_vllm_judge_on_cuda_is_close_to_the_float32_reference(cuda_vllm, bundled
 def test_edits_on_cuda_work_and_restore_bit_for_bit(method, dtype, countermoral_dir):
     import torch
 
-    from sage.editing.base import EditContext, make_editor
+    from sage.editing.editor_base import EditContext, make_editor
     from sage.editing.dataset import load_countermoral
     from sage.editing.handles import state_hashes
     from sage.editing.runner import evaluate

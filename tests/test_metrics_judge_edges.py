@@ -55,7 +55,7 @@ def test_candidate_logprobs_equal_full_softmax_in_a_padded_batch(bundled_lm):
     """Each row of a left-padded batch gets log_softmax over the whole vocabulary at its first step."""
     import torch
 
-    from sage.generation.base import BackendOptions
+    from sage.generation.backend_registry import BackendOptions
     from sage.generation.hf import TransformersBackend
 
     backend = TransformersBackend.from_loaded(bundled_lm, "smollm2-135m", BackendOptions(device="cpu", batch_size=4))
@@ -130,7 +130,7 @@ def test_cache_keeps_candidate_logprobs_and_adds_the_column_to_a_table_without_i
 
 @pytest.mark.slow
 def test_candidates_are_tokenized_in_context(bundled_lm):
-    from sage.generation.base import first_token_after
+    from sage.generation.backend_registry import first_token_after
 
     tok = bundled_lm.tokenizer
 

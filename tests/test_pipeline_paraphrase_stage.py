@@ -7,7 +7,7 @@ import pytest
 
 from sage.data.questions import read_questions
 from sage.data.records import RecordStore
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model
 from sage.paraphrase.parascore import ParaScorer

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from sage.errors import SageInputError
-from sage.reporting.report import build_report
+from sage.reporting.run_report import build_report
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)

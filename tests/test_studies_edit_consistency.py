@@ -77,7 +77,7 @@ def test_weights_restored_and_edit_took(study, bundled_lm):
 def test_wrapper_is_in_the_generation_path(study, bundled_lm, countermoral_dir):
     """IKE's completions are the base model's greedy completions of the IKE-conditioned prompts,
     and the wrappers' (IKE, SERAC) edited completions are not the unedited ones."""
-    from sage.editing.base import EditContext, make_editor
+    from sage.editing.editor_base import EditContext, make_editor
     from sage.editing.dataset import load_countermoral
     from sage.generation.hf import TransformersBackend
     from sage.studies.probes import complete

@@ -16,7 +16,7 @@ from sage.cli.editing_options import (
     warn_deprecated,
 )
 from sage.cli.options import pop_executor, quiet_model_loading
-from sage.editing.base import EDITORS
+from sage.editing.editor_base import EDITORS
 from sage.editing.dataset import default_data_dir
 from sage.editing.runner import RunConfig, check_data, sequential_context
 from sage.editing.sequential import SequentialConfig, run_sequential

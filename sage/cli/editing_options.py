@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sage.cli.options import executor_options, precision_options, progress_option
-from sage.editing.base import EDITORS, check_batch_mode, check_sequential
+from sage.editing.editor_base import EDITORS, check_batch_mode, check_sequential
 from sage.editing.dataset import FRAMEWORKS, SUBSETS
 from sage.errors import SageInputError
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from sage.reporting.report import build_report
+from sage.reporting.run_report import build_report
 
 
 @click.command("report")

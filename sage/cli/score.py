@@ -161,7 +161,7 @@ def command(responses, model, out, table_format, no_progress, **options):
     """
 
     from sage.pipeline import generate_and_score
-    from sage.pipeline.config import default_run_dir
+    from sage.pipeline.pipeline_config import default_run_dir
     from sage.scoring import score_responses
 
     options.pop("preset")  # applied by its callback as the other options' defaults

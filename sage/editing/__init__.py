@@ -2,6 +2,6 @@
 
 Importing this package is light; method modules load when `EDITORS.get(name)` first asks for them.
 """
-from sage.editing.base import EDITORS, EditContext, HParams, make_editor
+from sage.editing.editor_base import EDITORS, EditContext, HParams, make_editor
 
 __all__ = ["EDITORS", "EditContext", "HParams", "make_editor"]

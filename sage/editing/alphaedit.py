@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.editing import solvers
-from sage.editing.base import EDITORS, check
+from sage.editing.editor_base import EDITORS, check
 from sage.editing.handles import WeightEditHandle, WrapperHandle
 from sage.editing.memit import MemitEditor, MemitHParams
 from sage.editing.target_scoring import LMScorer

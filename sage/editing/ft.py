@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check
+from sage.editing.editor_base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WeightEditHandle
 from sage.editing.target_scoring import LMScorer, prompt_last_nll, target_nll
 

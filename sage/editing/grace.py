@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sage.editing.base import EDITORS, EditorBase, HParams, check
+from sage.editing.editor_base import EDITORS, EditorBase, HParams, check
 from sage.editing.handles import WrapperHandle
 from sage.editing.target_scoring import (
     LMScorer,

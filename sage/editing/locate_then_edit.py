@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.editing import key_statistics
-from sage.editing.base import EditorBase, HParams, check
+from sage.editing.editor_base import EditorBase, HParams, check
 from sage.editing.capture import context_templates
 from sage.editing.profiles import profile_for
 from sage.editing.value_optimization import DeltaSettings

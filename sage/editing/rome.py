@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.editing import solvers
-from sage.editing.base import EDITORS
+from sage.editing.editor_base import EDITORS
 from sage.editing.capture import subject_keys
 from sage.editing.handles import WeightEditHandle
 from sage.editing.locate_then_edit import LocateThenEditEditor, ValueOptHParams

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sage.data.records import RecordStore
-from sage.editing.base import EDITORS, EditContext, make_editor
+from sage.editing.editor_base import EDITORS, EditContext, make_editor
 from sage.editing.dataset import (
     FRAMEWORKS,
     SUBSETS,

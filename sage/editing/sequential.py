@@ -46,7 +46,7 @@ import numpy as np
 from sage.api import TargetScore
 from sage.data.records import RecordStore
 from sage.editing import drift
-from sage.editing.base import check_sequential, make_editor
+from sage.editing.editor_base import check_sequential, make_editor
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_all
 from sage.editing.entry_measures import aggregate, entry_metrics, observe
 from sage.editing.generation_measures import generation_metrics, observe_generation

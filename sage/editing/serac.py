@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.api import TargetScore, TargetScorer
-from sage.editing.base import EDITORS, EditorBase, HParams, MemoryEdits, check
+from sage.editing.editor_base import EDITORS, EditorBase, HParams, MemoryEdits, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.key_statistics import model_key

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sage.api import TargetScore, TargetScorer
-from sage.editing.base import EDITORS, EditorBase, HParams, MemoryEdits, check
+from sage.editing.editor_base import EDITORS, EditorBase, HParams, MemoryEdits, check
 from sage.editing.dataset import EditRequest
 from sage.editing.handles import WrapperHandle
 from sage.editing.ike import embed, fact_line

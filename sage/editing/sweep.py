@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sage.data.records import RecordStore
-from sage.editing.base import check_batch_mode, make_editor
+from sage.editing.editor_base import check_batch_mode, make_editor
 from sage.editing.dataset import EditRequest, load_all
 from sage.editing.runner import (
     RunConfig,

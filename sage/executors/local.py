@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sage.api import Executor, WorkerPool
-from sage.executors.base import EXECUTORS, ExecutorOptions
+from sage.executors.executor_registry import EXECUTORS, ExecutorOptions
 
 
 class LocalPool(WorkerPool):

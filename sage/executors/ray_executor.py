@@ -24,7 +24,7 @@ from typing import Any
 
 from sage.api import Executor, WorkerPool
 from sage.errors import SageInputError
-from sage.executors.base import EXECUTORS, ExecutorOptions
+from sage.executors.executor_registry import EXECUTORS, ExecutorOptions
 
 # The `sage` package directory, shipped to the workers (without importing `sage`, which sits above executors).
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]

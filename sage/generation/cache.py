@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, StreamingBackend
-from sage.generation.base import PartialBatchError
+from sage.generation.backend_registry import PartialBatchError
 from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)

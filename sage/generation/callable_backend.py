@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Sequence
 
 from sage.api import Generation, GenerationRequest, StreamingBackend
 from sage.errors import SageInputError
-from sage.generation.base import BACKENDS, BackendOptions
+from sage.generation.backend_registry import BACKENDS, BackendOptions
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from sage.api import Executor, GenerationBackend
-from sage.generation.base import BACKENDS, BackendOptions
+from sage.generation.backend_registry import BACKENDS, BackendOptions
 from sage.generation.cache import CachedBackend, GenerationCache
 from sage.generation.sharded import ShardedBackend
 

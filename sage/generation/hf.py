@@ -12,7 +12,7 @@ import logging
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationRequest, SamplingParams, StreamingBackend
-from sage.generation.base import BACKENDS, BackendOptions, request_seed
+from sage.generation.backend_registry import BACKENDS, BackendOptions, request_seed
 from sage.generation.hf_batching import decode
 from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
 from sage.models.causal_lm import load_causal_lm

@@ -19,7 +19,7 @@ import numpy as np
 
 from sage.api import Generation, GenerationRequest, StreamingBackend
 from sage.errors import SageInputError
-from sage.generation.base import (
+from sage.generation.backend_registry import (
     BACKENDS,
     BackendError,
     BackendOptions,

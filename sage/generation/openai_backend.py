@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationRequest, StreamingBackend
-from sage.generation.base import (
+from sage.generation.backend_registry import (
     BACKENDS,
     BackendError,
     BackendOptions,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sage.api import GenerationRequest
 from sage.errors import SageInputError
-from sage.generation.base import first_token_after
+from sage.generation.backend_registry import first_token_after
 
 
 class PromptTokens:

@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 
 from sage.api import Executor, Generation, GenerationRequest, StreamingBackend
 from sage.errors import SageInputError
-from sage.generation.base import BACKENDS, BackendOptions
+from sage.generation.backend_registry import BACKENDS, BackendOptions
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest
 from sage.generation import vllm_engine
-from sage.generation.base import BACKENDS, BackendOptions, request_seed
+from sage.generation.backend_registry import BACKENDS, BackendOptions, request_seed
 from sage.generation.prompt_tokens import PromptTokens, eos_token_ids
 from sage.models.causal_lm import loadable_dir, resolve_dtype
 from sage.models.identity import fingerprint, text_digest

@@ -16,7 +16,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from sage.generation.base import BackendError
+from sage.generation.backend_registry import BackendError
 
 log = logging.getLogger(__name__)
 

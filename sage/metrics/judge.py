@@ -33,7 +33,7 @@ from sage.api import (
     SamplingParams,
 )
 from sage.errors import SageInputError
-from sage.generation.base import BackendOptions, build_requests
+from sage.generation.backend_registry import BackendOptions, build_requests
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model
 from sage.metrics.similarity import SIMILARITIES

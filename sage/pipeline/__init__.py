@@ -7,7 +7,7 @@
   (`sage generate`); `generate_and_score`: generation then scoring, the one path of
   `sage score --model` and of `score`; `python_api`: `score(questions, answer_fn)`.
 """
-from sage.pipeline.config import (
+from sage.pipeline.pipeline_config import (
            AnswerConfig,
            ModelRole,
            ParaScoreConfig,

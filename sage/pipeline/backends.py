@@ -5,7 +5,7 @@ from __future__ import annotations
 from sage.executors import make_executor
 from sage.generation.factory import make_backend
 from sage.generation.model_specs import resolve_model
-from sage.pipeline.config import ModelRole, PipelineConfig
+from sage.pipeline.pipeline_config import ModelRole, PipelineConfig
 
 
 class RunBackends:

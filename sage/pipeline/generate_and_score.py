@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from sage.pipeline.config import PipelineConfig
+from sage.pipeline.pipeline_config import PipelineConfig
 from sage.pipeline.run import run_pipeline
 from sage.scoring import ScoreConfig, ScoreResult, score_responses
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sage.api import GenerationBackend, SamplingParams
 from sage.data.records import RecordStore
 from sage.errors import SageInputError
-from sage.generation.base import build_requests
+from sage.generation.backend_registry import build_requests
 from sage.generation.model_specs import PromptFormat
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
 from sage.progress import progress_bar

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sage.data.questions import questions_frame, read_questions
 from sage.generation.callable_backend import register_function
-from sage.pipeline.config import ModelRole, PipelineConfig, default_run_dir
+from sage.pipeline.pipeline_config import ModelRole, PipelineConfig, default_run_dir
 from sage.pipeline.generate_and_score import generate_and_score
 from sage.scoring import ScoreConfig, ScoreResult
 
@@ -23,7 +23,7 @@ def score(questions, answer_fn, rot_fn=None, *, name: str = "python-function", b
     function changes. RoTs come from `rot_fn(question, answer) -> str` when given, else from the RoT
     model (default: the paraphraser); `use_rots=False` scores the answers only.
 
-    `options` are pipeline settings by their flat names (`sage.pipeline.config.FLAT_NAMES`, e.g.
+    `options` are pipeline settings by their flat names (`sage.pipeline.pipeline_config.FLAT_NAMES`, e.g.
     `paraphrases` (K, the flat `k`), `samples`, `paraphraser` (default: the bundled SmolLM2-135M),
     `rot_model`, `min_parascore`, `seed`, `device`, `cache_path`) and `out_dir` (default
     `runs/<name>`; a rerun resumes there); `config` a whole `PipelineConfig` to start from.

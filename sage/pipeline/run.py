@@ -25,7 +25,7 @@ from sage.data.responses import write_responses
 from sage.errors import SageInputError
 from sage.paraphrase.parascore import ParaScorer
 from sage.pipeline.backends import RunBackends
-from sage.pipeline.config import PipelineConfig
+from sage.pipeline.pipeline_config import PipelineConfig
 from sage.pipeline.paraphrase_stage import (
     candidates_table,
     paraphrase_table,
@@ -147,7 +147,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
     and `paraphrase_report.json`. `questions_table`: a checked questions table (default: read
     `config.questions`, a file). `responses.attrs["model_calls"]` counts the requests that reached a model
     (cache misses). `executor`: an `Executor` to run the backends on (default: `config.executor`).
-    `overrides`: settings by their flat names (`sage.pipeline.config.FLAT_NAMES`) or top-level fields.
+    `overrides`: settings by their flat names (`sage.pipeline.pipeline_config.FLAT_NAMES`) or top-level fields.
     """
     cfg = (config or PipelineConfig()).with_flat(**overrides)
     questions_table = read_questions(cfg.questions) if questions_table is None else questions_table

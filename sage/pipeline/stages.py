@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from sage.api import GenerationBackend, SamplingParams
 from sage.data.records import RecordStore
-from sage.generation.base import build_requests
+from sage.generation.backend_registry import build_requests
 from sage.generation.model_specs import PromptFormat
 from sage.progress import progress_bar
 

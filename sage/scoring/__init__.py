@@ -9,7 +9,7 @@ per-model means with bootstrap CIs.
 `summary` (the result, its summary and Markdown), `edge_table` (edges.csv), `malloc_tuning`
 (flat resident memory over chunks under glibc).
 """
-from sage.scoring.config import METRIC_LABELS, METRICS, ScoreConfig, sge_column
+from sage.scoring.scoring_config import METRIC_LABELS, METRICS, ScoreConfig, sge_column
 from sage.scoring.stream import score_responses
 from sage.scoring.summary import ScoreResult, headline_columns, summary_markdown
 

@@ -19,7 +19,7 @@ from sage.metrics.question_metrics import (
 )
 from sage.metrics.similarity import build_similarity
 from sage.progress import progress_bar
-from sage.scoring.config import ScoreConfig
+from sage.scoring.scoring_config import ScoreConfig
 from sage.scoring.malloc_tuning import fix_mmap_threshold, release_free_heap
 from sage.scoring.summary import ScoreResult, summarize
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sage.data.records import RecordStore
-from sage.editing.base import EDITORS, check_batch_mode
+from sage.editing.editor_base import EDITORS, check_batch_mode
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
 from sage.editing.entry_measures import aggregate
 from sage.editing.runner import evaluate, method_settings

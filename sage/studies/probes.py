@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from sage.api import GenerationBackend, GenerationRequest, SamplingParams
 from sage.editing.dataset import EditRequest
-from sage.generation.base import build_requests
+from sage.generation.backend_registry import build_requests
 from sage.pipeline.stages import (
     ANSWER_INSTRUCTION,
     clean_answer,

@@ -17,7 +17,7 @@ from typing import Any
 
 from sage.errors import SageInputError
 from sage.executors import ExecutorOptions
-from sage.generation.base import BackendOptions
+from sage.generation.backend_registry import BackendOptions
 from sage.pipeline.paraphrase_stage import ParaphraseConfig
 
 
