@@ -14,7 +14,7 @@ PY=${PYTHON:-python3}
 VENV=${SAGE_NEWEST_VENV:-${TMPDIR:-/tmp}/sage-transformers-newest}
 
 $PY -m venv --system-site-packages "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade "transformers>=5.20"
+"$VENV/bin/python" -m pip install -q --upgrade "transformers>=5.20" "pytest-xdist>=3.5"
 "$VENV/bin/python" -c "import transformers; print('newest transformers:', transformers.__version__)"
 if [ "$#" -gt 0 ]; then
   exec "$VENV/bin/python" -m pytest "$@"
