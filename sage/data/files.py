@@ -82,22 +82,29 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         raise SageInputError(f"{path}: the file has no columns; {empty_hint}") from None
 
 
+def write_whole(path: str | Path, write) -> Path:
+    """`write(tmp)` writes the file under a temporary name of this process, then it is renamed to
+    `path`: a crash or a concurrent reader never sees half a file, and two processes writing the
+    same file at once do not collide."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
 def write_table(df, path: str | Path) -> Path:
     """Write a DataFrame as .csv, .jsonl or .parquet (by suffix), atomically: temp file + rename."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".jsonl", ".json", ".parquet"):
         raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     if suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    elif suffix == ".parquet":
-        df.to_parquet(tmp, index=False)
-    else:
-        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-    os.replace(tmp, path)  # never leave a half-written table behind
-    return path
+        return write_whole(path, lambda tmp: df.to_csv(tmp, index=False))
+    if suffix == ".parquet":
+        return write_whole(path, lambda tmp: df.to_parquet(tmp, index=False))
+    return write_whole(path, lambda tmp: df.to_json(tmp, orient="records", lines=True, force_ascii=False))
 
 
 def json_ready(obj):
@@ -119,10 +126,5 @@ def json_ready(obj):
 
 def write_json(path: str | Path, obj, indent: int = 2) -> Path:
     """Strict JSON (`json_ready`), written atomically: temp file + rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(json_ready(obj), indent=indent, allow_nan=False, ensure_ascii=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(json_ready(obj), indent=indent, allow_nan=False, ensure_ascii=False) + "\n"
+    return write_whole(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

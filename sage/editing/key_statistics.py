@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sage.data.download import development_copy, ensure_dataset
+from sage.data.files import write_whole
 from sage.editing.handles import tensor_hash
 from sage.editing.profiles import ModelProfile
 from sage.errors import SageInputError
@@ -196,10 +196,7 @@ def self_generated_corpus(model: Any, tokenizer: Any, n_tokens: int, seed: int =
         texts += tokenizer.batch_decode(out, skip_special_tokens=True)
         total += int((out != tokenizer.pad_token_id).sum())
     text = "\n\n".join(t.strip() for t in texts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)  # a concurrent reader never sees half a corpus
+    write_whole(path, lambda tmp: tmp.write_text(text))
     return Corpus(text, source)
 
 
@@ -282,10 +279,7 @@ def second_moments(model: Any, tokenizer: Any, profile: ModelProfile, layers: Se
     for layer in todo:
         cov = (sums[layer] / len(ids)).float()
         path = _cache_path(model, layer, corpus_hash, n_tokens)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")  # two processes may build the same layer
-        torch.save(cov, tmp)
-        tmp.replace(path)
+        write_whole(path, lambda tmp, cov=cov: torch.save(cov, tmp))  # two processes may build the same layer
         path.with_suffix(".json").write_text(json.dumps(
             {"source": corpus.source, "tokens": n_tokens, "corpus_sha256": corpus_hash,
              "layers_built_together": todo, "seconds": round(seconds, 1)}, indent=2))

@@ -31,14 +31,14 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.api import TargetScore, TargetScorer
-from sage.editing.editor_base import EDITORS, EditorBase, HParams, MemoryEdits, check
+from sage.data.files import write_json, write_whole
 from sage.editing.dataset import EditRequest
+from sage.editing.editor_base import EDITORS, EditorBase, HParams, MemoryEdits, check
 from sage.editing.handles import WrapperHandle
 from sage.editing.key_statistics import model_key
 from sage.editing.profiles import profile_for
@@ -307,11 +307,8 @@ def _save(cache, name: str, obj, info: dict) -> None:
     """One trained part and the training notes, each written whole (a crash leaves no half file)."""
     import torch
 
-    tmp = f".tmp{os.getpid()}"  # two processes may train the same parts at once
-    torch.save(obj, cache / (name + tmp))
-    (cache / (name + tmp)).replace(cache / name)
-    (cache / ("training.json" + tmp)).write_text(json.dumps(info, indent=2))
-    (cache / ("training.json" + tmp)).replace(cache / "training.json")
+    write_whole(cache / name, lambda tmp: torch.save(obj, tmp))  # two processes may train the same parts
+    write_json(cache / "training.json", info)
 
 
 @EDITORS.register("serac")
