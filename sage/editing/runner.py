@@ -34,7 +34,7 @@ from sage.editing.dataset import (
 from sage.editing.entry_measures import aggregate, entry_metrics, observe
 from sage.editing.generation_measures import generation_metrics, observe_generation
 from sage.editing.key_statistics import corpus_name
-from sage.editing.target_scoring import LMScorer
+from sage.editing.unedited_scores import UneditedScores
 from sage.errors import SageInputError
 from sage.provenance import check_resume_settings, git_revision, package_versions
 
@@ -132,20 +132,20 @@ def sequential_context(data, subset: str, device: str = "cpu", corpus: str | Non
 
 
 def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=None,
-             git: str | None = None) -> list[dict]:
+             git: str | None = None, unedited: UneditedScores | None = None) -> list[dict]:
     """Edit and score `requests`; one row per request. In batch mode one edit holds them all.
 
     Each entry is scored teacher-forced (`entry_measures`) and by greedy generation
-    (`generation_measures`), before the edit on the unedited model and after it through the
-    handle's scoring model. `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
-    generate through it); each value lands in its request's row under "during"."""
-    base = LMScorer(lm.model, lm.tokenizer)
+    (`generation_measures`), before the edit on the unedited model (`unedited_scores`: cached
+    across methods) and after it through the handle's scoring model. `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
+    generate through it); each value lands in its request's row under "during". `unedited`: where
+    the unedited scores are cached (default: sage's cache directory)."""
+    unedited = unedited or UneditedScores(lm)  # shared by every method: computed once per model and entry
     groups = [list(requests)] if batch else [[r] for r in requests]
     rows = []
     for group in groups:
         start = time.perf_counter()
-        pres = [observe(base, r) for r in group]
-        pre_gen = [observe_generation(lm, base, r) for r in group]
+        pres, pre_gen = zip(*[unedited.get(r) for r in group])
         t0 = time.perf_counter()
         handle = editor.apply(lm, group)
         seconds = time.perf_counter() - t0

@@ -43,7 +43,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sage.api import TargetScore
 from sage.data.records import RecordStore
 from sage.editing import drift
 from sage.editing.editor_base import check_sequential, make_editor
@@ -54,6 +53,7 @@ from sage.editing.handles import WeightEditHandle
 from sage.editing.runner import RunConfig, method_settings, sequential_context
 from sage.editing.sequence_state import install_weights, load_state, prune, save_state
 from sage.editing.target_scoring import LMScorer
+from sage.editing.unedited_scores import UneditedScores, scores_from_json, scores_to_json
 from sage.errors import SageInputError
 from sage.models.causal_lm import load_causal_lm
 from sage.progress import progress_bar
@@ -123,14 +123,6 @@ def sequence_settings(scfg: SequentialConfig, sequence: Sequence[EditRequest], m
     return out
 
 
-def _to_json(obs: dict[str, list[TargetScore]]) -> dict:
-    return {k: [[s.token_acc, s.exact, s.logprob, list(s.argmax), s.routed] for s in v] for k, v in obs.items()}
-
-
-def _from_json(obs: dict) -> dict[str, list[TargetScore]]:
-    return {k: [TargetScore(a, e, lp, tuple(am), r) for a, e, lp, am, r in v] for k, v in obs.items()}
-
-
 class _Sequence:
     """One sequential run in this process: the model, the editor and the stack of handles."""
 
@@ -155,10 +147,12 @@ class _Sequence:
         self.editor.start_sequence(self.lm, self.sequence)
         store = RecordStore(self.out / "baseline.jsonl", key_field="uid")
         todo = [r for r in self.sequence if r.uid not in store]
+        unedited = UneditedScores(self.lm)  # another method's run of these entries computed them already
         for r in progress_bar(todo, desc="unedited scores", unit="entry", leave=False):
-            store.append([{"uid": r.uid, "scores": _to_json(observe(self.base, r)),
-                           "generation": observe_generation(self.lm, self.base, r)}])
-        self.pre = {uid: {"scores": _from_json(rec["scores"]), "generation": rec["generation"]}
+            scores, generation = unedited.get(r)
+            store.append([{"uid": r.uid, "scores": scores_to_json(scores), "generation": generation}])
+        unedited.close()
+        self.pre = {uid: {"scores": scores_from_json(rec["scores"]), "generation": rec["generation"]}
                     for uid, rec in store.records.items()}
         self.probe = drift.drift_probe(self.lm, getattr(self.editor.hparams, "stats_tokens", 0),
                                        n_texts=self.scfg.drift_texts,
