@@ -137,9 +137,10 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
 
     Each entry is scored teacher-forced (`entry_measures`) and by greedy generation
     (`generation_measures`), before the edit on the unedited model (`unedited_scores`: cached
-    across methods) and after it through the handle's scoring model. `during(scoring_model, group) -> {uid: value}` runs while the edit is applied (studies
-    generate through it); each value lands in its request's row under "during". `unedited`: where
-    the unedited scores are cached (default: sage's cache directory)."""
+    across methods) and after it through the handle's scoring model. `during(scoring_model,
+    group) -> {uid: value}` runs while the edit is applied (studies generate through it); each
+    value lands in its request's row under "during". `unedited`: where the unedited scores are
+    cached (default: sage's cache directory)."""
     unedited = unedited or UneditedScores(lm)  # shared by every method: computed once per model and entry
     groups = [list(requests)] if batch else [[r] for r in requests]
     rows = []

@@ -28,8 +28,10 @@ Crash safety: every record goes through the torn-tail-safe `RecordStore`. A kill
 from its latest saved state (a checkpoint's or a save's): the editor is prepared on the unedited
 model (`start_sequence`), the state's checksums are verified, its weights and editor state
 loaded, and the edits after it are made again; their records, already stored by the killed
-sitting, are kept (the run is deterministic, so they are the same; tested with SIGKILL). After the sequence every handle is
-restored in reverse order, which gives back the original weights bit for bit.
+sitting, are kept (the run is deterministic, so they are the same; tested with SIGKILL). After
+the sequence every handle is restored in reverse order, which gives back the original weights
+bit for bit. Each entry's unedited scores come from `unedited_scores` (shared with every other
+method's run of the entry) and are kept in `baseline.jsonl`.
 """
 from __future__ import annotations
 

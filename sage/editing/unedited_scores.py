@@ -3,8 +3,9 @@
 Every editing run scores each entry on the unedited model before editing it: teacher-forced
 (`entry_measures.observe`) and by greedy generation (`generation_measures.observe_generation`).
 Those scores depend on the model and the entry, not on the editing method, yet each method's run
-computed them again: about a third of a single-edit run's time (profiled: 3.7 of 12.1 s per
-MEMIT entry, one thread, SmolLM2-135M) and a sequential run's whole "unedited scores" phase
+computed them again: a fifth to a third of a single-edit evaluation (profiled: 3.7 of 12.1 s per
+MEMIT entry, one thread, SmolLM2-135M; `benchmarks/bench_unedited_scores.py`: 0.81x with the
+cache) and a sequential run's whole "unedited scores" phase
 (about 20 min for 300 entries). They are cached here, in SQLite under sage's cache directory
 (WAL mode, safe across processes and Ray workers), keyed by sha256 of:
 
