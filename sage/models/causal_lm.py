@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +58,19 @@ def dequantized_dir(gguf: Path) -> Path:
     fresh.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
     _drop_gguf_quantization(tmp)
+    return publish_folder(tmp, out)
+
+
+def publish_folder(tmp: Path, out: Path) -> Path:
+    """Rename the finished folder `tmp` to `out` (atomic: a crash mid-save leaves no half-written
+    cache). Where another process published `out` first, its copy is kept and `tmp` deleted: two
+    processes that dequantize at once would otherwise leave a 0.5 GB orphan behind."""
     try:
-        tmp.rename(out)  # atomic publish: a crash mid-save leaves no half-written cache
+        tmp.rename(out)
     except OSError:
         if not (out / "config.json").exists():
             raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
