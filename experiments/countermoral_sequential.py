@@ -55,6 +55,76 @@ def plot(out: Path) -> Path | None:
     return path
 
 
+NAMES = {"memit": "MEMIT", "alphaedit": "AlphaEdit", "rome": "ROME", "ft-m": "FT-M", "ft-l": "FT-L",
+         "lora": "LoRA", "grace": "GRACE"}
+COLUMNS = (("reliability", "reliability"), ("action_paraphrase", "action para."),
+           ("relation_paraphrase", "relation para."), ("neighbourhood_dlogp", "\\|d log P\\|"),
+           ("locality", "locality"), ("reliability_gen", "reliability (gen.)"))
+FIRST = 10  # the first edits of a sequence, followed through every checkpoint
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def comparison(out: Path) -> str:
+    """sequential.md: per framework and method, one edit at a time (the single run's records of
+    the same entries) beside the sequence measured right after each edit and at each checkpoint
+    (every edit so far), then drift and the fate of the first edits; every number read from the
+    records under `out`."""
+    lines = ["# Sequential editing beside one edit at a time (written by experiments/countermoral_sequential.py)", ""]
+    for path in sorted(out.glob("*/*-sequential-*/summary.json")):
+        s = json.loads(path.read_text())
+        if len(s["frameworks"]) != 1:
+            continue
+        (fw,), method = s["frameworks"], s["method"]
+        name = NAMES.get(method, method)
+        points = [c for c in s["checkpoints"]]
+        marks = " / ".join(str(c["step"]) for c in points)
+        done = "" if s["n_edits"] >= s["n_expected"] else f" (partial: {s['n_edits']} of {s['n_expected']} edits)"
+        lines += [f"## {name}, {s['subset']} {fw}{done}", "",
+                  f"| {s['n_expected']} {fw} entries | " + " | ".join(h for _, h in COLUMNS) + " |",
+                  "|---|" + "---:|" * len(COLUMNS)]
+        single = out / method / s["subset"] / "entries.jsonl"
+        if single.exists():
+            rows = [json.loads(x) for x in single.read_text(encoding="utf-8").splitlines() if x.strip()]
+            rows = [r for r in rows if r["framework"] == fw]
+            lines.append(f"| one edit at a time (single-run records, same {len(rows)} entries) | "
+                         + " | ".join(_cell(_mean(r.get(k) for r in rows)) for k, _ in COLUMNS) + " |")
+        after = s["frameworks_after_each_edit"].get(fw, {})
+        lines.append("| sequential, right after each edit (the published regime) | "
+                     + " | ".join(_cell(after.get(k, {}).get("mean")) for k, _ in COLUMNS) + " |")
+        lines.append(f"| all edits so far at {marks} edits | " + " | ".join(
+            " / ".join(_cell(c["measures"].get(k, {}).get("mean"), 2 if k == "neighbourhood_dlogp" else 3)
+                       for c in points) for k, _ in COLUMNS) + " |")
+        base = s.get("drift_baseline") or {}
+        ppl = " / ".join(f"{c['drift']['perplexity']:,.2f}" for c in points)
+        flu = " / ".join(f"{c['drift']['fluency']:.2f}" for c in points)
+        lines += ["", f"Held-out perplexity (unedited {base.get('perplexity', float('nan')):.2f}) after {marks} "
+                  f"edits: {ppl}. Fluency (unedited {base.get('fluency', float('nan')):.2f} bits): {flu}."]
+        first = json.loads((path.parent / "settings.json").read_text())["order"][:FIRST]
+        edits = {}
+        for x in (path.parent / "edits.jsonl").read_text(encoding="utf-8").splitlines():
+            if x.strip():
+                rec = json.loads(x)
+                edits[rec["uid"]] = rec
+        records = {}
+        for x in (path.parent / "checkpoints.jsonl").read_text(encoding="utf-8").splitlines():
+            if x.strip():
+                rec = json.loads(x)
+                records[rec["step"]] = rec
+        fate = [f"{_mean(edits[u]['reliability'] for u in first if u in edits):.2f} right after"]
+        fate += [f"{_mean(records[c['step']]['per_edit'][u]['reliability'] for u in first):.2f} at {c['step']}"
+                 for c in points if c["step"] > FIRST and c["step"] in records]
+        lines += [f"Reliability of the first {FIRST} edits: " + ", ".join(fate) + ".", ""]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -90,11 +160,12 @@ def main(argv=None) -> int:
                     logging.info("%s %s: retention %s", method, fw,
                                  [round(c["retention"], 3) for c in s["checkpoints"]])
         write_tables(args.out, data)
+        (args.out / "sequential.md").write_text(comparison(args.out), encoding="utf-8")
         path = plot(args.out)
     except SageInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out / 'tables.md'}" + (f" and {path}" if path else ""))
+    print(f"wrote {args.out / 'tables.md'}, {args.out / 'sequential.md'}" + (f" and {path}" if path else ""))
     return 0
 
 

@@ -1,0 +1,47 @@
+"""experiments/countermoral_sequential.py's sequential.md on the committed CounterMoral records:
+its numbers equal ones computed here from the raw records with numpy."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "experiments" / "countermoral_sequential.py"
+RESULTS = REPO / "experiments" / "results" / "countermoral"
+RUN = RESULTS / "memit" / "specific-sequential-care_ethics"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("countermoral_sequential", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def test_sequential_comparison_matches_the_records():
+    text = _script().comparison(RESULTS)
+    section = text.split("## MEMIT, specific care_ethics")[1].split("\n## ")[0]
+
+    single = [r for r in _jsonl(RESULTS / "memit" / "specific" / "entries.jsonl") if r["framework"] == "care_ethics"]
+    assert len(single) == 300
+    assert f"same 300 entries) | {np.mean([r['reliability'] for r in single]):.3f} |" in section
+
+    edits = _jsonl(RUN / "edits.jsonl")
+    assert f"(the published regime) | {np.mean([r['reliability'] for r in edits]):.3f} |" in section
+
+    points = {r["step"]: r for r in _jsonl(RUN / "checkpoints.jsonl")}
+    retention = " / ".join(f"{np.mean([v['reliability'] for v in points[s]['per_edit'].values()]):.3f}"
+                           for s in (10, 30, 100, 300))
+    assert f"at 10 / 30 / 100 / 300 edits | {retention} |" in section
+    assert f"{points[300]['drift']['perplexity']:,.2f}." in section  # the collapse: perplexity in the 100,000s
+
+    order = json.loads((RUN / "settings.json").read_text())["order"][:10]
+    first = np.mean([points[100]["per_edit"][u]["reliability"] for u in order])
+    assert f"{first:.2f} at 100" in section
