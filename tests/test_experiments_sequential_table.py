@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "experiments" / "countermoral_sequential.py"
@@ -45,3 +46,28 @@ def test_sequential_comparison_matches_the_records():
     order = json.loads((RUN / "settings.json").read_text())["order"][:10]
     first = np.mean([points[100]["per_edit"][u]["reliability"] for u in order])
     assert f"{first:.2f} at 100" in section
+
+
+@pytest.mark.slow
+def test_prefill_meets_a_forward_run_in_the_middle(bundled_lm, countermoral_dir, tmp_path):
+    """--prefill-unedited walks a sequence backwards and stops at the first entry a forward run
+    already scored; what it stores is what the forward run would have computed."""
+    from sage.editing.dataset import load_all
+    from sage.editing.sequential import planned_order
+    from sage.editing.unedited_scores import UneditedScores
+
+    script = _script()
+    sequence = planned_order(load_all(countermoral_dir, ["care_ethics"], "broad", 2), 0)
+    store = tmp_path / "scores.sqlite"
+    forward = UneditedScores(bundled_lm, store)
+    forward.get(sequence[0])  # the sequential run's first entry
+    backward = UneditedScores(bundled_lm, store)
+    assert script.prefill(backward, sequence) == (1, 1)  # the last entry scored, then the first found
+    assert script.prefill(backward, sequence) == (0, 1)  # a second prefill stops at once
+
+    later = UneditedScores(bundled_lm, store)
+    got = [later.get(r) for r in sequence]
+    assert (later.hits, later.misses) == (2, 0)  # the run that follows computes nothing
+    assert got[1] == UneditedScores(bundled_lm, tmp_path / "fresh.sqlite").get(sequence[1])
+    for u in (forward, backward, later):
+        u.close()
