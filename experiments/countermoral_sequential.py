@@ -44,12 +44,18 @@ def plot(out: Path) -> Path | None:
     if not summaries:
         return None
     fig, (ax_r, ax_n) = plt.subplots(1, 2, figsize=(10, 4))
-    for s in summaries:
-        label = f"{s['method']} ({', '.join(s['frameworks'])})"
+    methods = sorted({s["method"] for s in summaries})
+    frameworks = sorted({", ".join(s["frameworks"]) for s in summaries})
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ("-", "v")]
+    for s in summaries:  # one colour per method, one line style per framework
+        fw = ", ".join(s["frameworks"])
+        line, marker = styles[frameworks.index(fw) % len(styles)]
+        kw = {"color": f"C{methods.index(s['method'])}", "linestyle": line, "marker": marker,
+              "label": f"{s['method']} ({fw})"}
         steps = [c["step"] for c in s["checkpoints"]]
-        ax_r.plot(steps, [c["retention"] for c in s["checkpoints"]], marker="o", label=label)
+        ax_r.plot(steps, [c["retention"] for c in s["checkpoints"]], **kw)
         ax_n.plot([0] + steps, [0.0] + [c["measures"]["neighbourhood_dlogp"]["mean"] for c in s["checkpoints"]],
-                  marker="o", label=label)  # 0 edits: the unedited model, no change
+                  **kw)  # 0 edits: the unedited model, no change
     ax_r.set(xlabel="edits made", ylabel="retention (reliability of all edits so far)", ylim=(0, 1.02))
     ax_n.set(xlabel="edits made", ylabel="neighbourhood |d log P| vs unedited")
     for ax in (ax_r, ax_n):
