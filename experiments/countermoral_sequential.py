@@ -90,6 +90,8 @@ def comparison(out: Path) -> str:
     the same entries) beside the sequence measured right after each edit and at each checkpoint
     (every edit so far), then drift and the fate of the first edits; every number read from the
     records under `out`."""
+    from sage.data.records import RecordStore
+
     lines = ["# Sequential editing beside one edit at a time (written by experiments/countermoral_sequential.py)", ""]
     for path in sorted(out.glob("*/*-sequential-*/summary.json")):
         s = json.loads(path.read_text())
@@ -97,7 +99,7 @@ def comparison(out: Path) -> str:
             continue
         (fw,), method = s["frameworks"], s["method"]
         name = NAMES.get(method, method)
-        points = [c for c in s["checkpoints"]]
+        points = list(s["checkpoints"])
         marks = " / ".join(str(c["step"]) for c in points)
         done = "" if s["n_edits"] >= s["n_expected"] else f" (partial: {s['n_edits']} of {s['n_expected']} edits)"
         lines += [f"## {name}, {s['subset']} {fw}{done}", "",
@@ -121,16 +123,8 @@ def comparison(out: Path) -> str:
         lines += ["", f"Held-out perplexity (unedited {base.get('perplexity', float('nan')):.2f}) after {marks} "
                   f"edits: {ppl}. Fluency (unedited {base.get('fluency', float('nan')):.2f} bits): {flu}."]
         first = json.loads((path.parent / "settings.json").read_text())["order"][:FIRST]
-        edits = {}
-        for x in (path.parent / "edits.jsonl").read_text(encoding="utf-8").splitlines():
-            if x.strip():
-                rec = json.loads(x)
-                edits[rec["uid"]] = rec
-        records = {}
-        for x in (path.parent / "checkpoints.jsonl").read_text(encoding="utf-8").splitlines():
-            if x.strip():
-                rec = json.loads(x)
-                records[rec["step"]] = rec
+        edits = RecordStore(path.parent / "edits.jsonl", key_field="uid").records
+        records = RecordStore(path.parent / "checkpoints.jsonl", key_field="step").records
         fate = [f"{_mean(edits[u]['reliability'] for u in first if u in edits):.2f} right after"]
         fate += [f"{_mean(records[c['step']]['per_edit'][u]['reliability'] for u in first):.2f} at {c['step']}"
                  for c in points if c["step"] > FIRST and c["step"] in records]
