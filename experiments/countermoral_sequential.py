@@ -76,11 +76,6 @@ COLUMNS = (("reliability", "reliability"), ("action_paraphrase", "action para.")
 FIRST = 10  # the first edits of a sequence, followed through every checkpoint
 
 
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def _cell(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -91,7 +86,9 @@ def comparison(out: Path) -> str:
     (every edit so far), then drift and the fate of the first edits; every number read from the
     records under `out`."""
     from sage.data.records import RecordStore
+    from sage.editing.entry_measures import aggregate
 
+    keys = [k for k, _ in COLUMNS]
     lines = ["# Sequential editing beside one edit at a time (written by experiments/countermoral_sequential.py)", ""]
     for path in sorted(out.glob("*/*-sequential-*/summary.json")):
         s = json.loads(path.read_text())
@@ -107,10 +104,10 @@ def comparison(out: Path) -> str:
                   "|---|" + "---:|" * len(COLUMNS)]
         single = out / method / s["subset"] / "entries.jsonl"
         if single.exists():
-            rows = [json.loads(x) for x in single.read_text(encoding="utf-8").splitlines() if x.strip()]
-            rows = [r for r in rows if r["framework"] == fw]
+            rows = [r for r in RecordStore(single, key_field="uid").records.values() if r["framework"] == fw]
+            means = aggregate(rows, keys)
             lines.append(f"| one edit at a time (single-run records, same {len(rows)} entries) | "
-                         + " | ".join(_cell(_mean(r.get(k) for r in rows)) for k, _ in COLUMNS) + " |")
+                         + " | ".join(_cell(means.get(k, {}).get("mean")) for k in keys) + " |")
         after = s["frameworks_after_each_edit"].get(fw, {})
         lines.append("| sequential, right after each edit (the published regime) | "
                      + " | ".join(_cell(after.get(k, {}).get("mean")) for k, _ in COLUMNS) + " |")
@@ -125,8 +122,11 @@ def comparison(out: Path) -> str:
         first = json.loads((path.parent / "settings.json").read_text())["order"][:FIRST]
         edits = RecordStore(path.parent / "edits.jsonl", key_field="uid").records
         records = RecordStore(path.parent / "checkpoints.jsonl", key_field="step").records
-        fate = [f"{_mean(edits[u]['reliability'] for u in first if u in edits):.2f} right after"]
-        fate += [f"{_mean(records[c['step']]['per_edit'][u]['reliability'] for u in first):.2f} at {c['step']}"
+        def held(rows) -> float:  # mean reliability of the first edits in `rows`
+            return aggregate(rows, ["reliability"])["reliability"]["mean"]
+
+        fate = [f"{held(edits[u] for u in first if u in edits):.2f} right after"]
+        fate += [f"{held(records[c['step']]['per_edit'][u] for u in first):.2f} at {c['step']}"
                  for c in points if c["step"] > FIRST and c["step"] in records]
         lines += [f"Reliability of the first {FIRST} edits: " + ", ".join(fate) + ".", ""]
     return "\n".join(lines) + "\n"
