@@ -10,6 +10,7 @@ neighbourhood drift (|d log P| against the unedited model) versus the number of 
 
     python experiments/countermoral_sequential.py [--methods memit,alphaedit] [--frameworks care_ethics]
         [--limit 300] [--checkpoints 10,30,100,300] [--out DIR] [--plot-only] [--prefill-unedited]
+        [--device cuda] [--dtype float32]
 
 On two cores, run two methods side by side (one torch thread each, OMP_NUM_THREADS=1). Their
 unedited scores are shared (`sage/editing/unedited_scores.py`), but two runs that start together
@@ -151,7 +152,7 @@ def prefill_unedited(args, data: Path) -> int:
     from sage.editing.unedited_scores import UneditedScores
     from sage.models.causal_lm import load_causal_lm
 
-    unedited = UneditedScores(load_causal_lm(args.model))
+    unedited = UneditedScores(load_causal_lm(args.model, device=args.device, dtype=args.dtype))
     try:
         for fw in _names(args.frameworks):
             sequence = planned_order(load_all(str(data), [fw], args.subset, args.limit), args.seed)
@@ -172,6 +173,9 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoints", default=None, help="comma-separated (default: 10,30,100,300 below the length)")
     ap.add_argument("--data", default=None, help="CounterMoral directory (default: the sage cache's copy)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, cuda:1)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="the weights' dtype (editing numerics stay in float32/float64)")
     ap.add_argument("--plot-only", action="store_true", help="edit nothing: tables and the plot from the runs")
     ap.add_argument("--prefill-unedited", action="store_true",
                     help="edit nothing: score each sequence's entries on the unedited model, last first, into the "
@@ -193,11 +197,12 @@ def main(argv=None) -> int:
         if args.prefill_unedited:
             return prefill_unedited(args, data)
         if not args.plot_only:
-            lm = load_causal_lm(args.model)
+            lm = load_causal_lm(args.model, device=args.device, dtype=args.dtype)
             for method in _names(args.methods):
                 for fw in _names(args.frameworks):
                     cfg = RunConfig(method=method, frameworks=[fw], subset=args.subset, model=args.model,
-                                    out=args.out, data=str(data), limit=args.limit, seed=args.seed)
+                                    out=args.out, data=str(data), limit=args.limit, seed=args.seed,
+                                    device=args.device, dtype=args.dtype)
                     s = run_sequential(SequentialConfig(cfg, checkpoints=marks), lm=lm)
                     logging.info("%s %s: retention %s", method, fw,
                                  [round(c["retention"], 3) for c in s["checkpoints"]])

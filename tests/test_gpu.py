@@ -1,5 +1,6 @@
 """CUDA-only checks (marker `gpu`, skipped without a CUDA GPU; `benchmarks/gpu_check.sh` runs them):
-the vLLM backend in bfloat16 and float16, and ROME / MEMIT edits on the GPU with bit-exact restore."""
+the vLLM backend in bfloat16 and float16, ROME / MEMIT edits on the GPU with bit-exact restore, and
+the sequential CounterMoral experiment with `--device cuda`."""
 from __future__ import annotations
 
 import pytest
@@ -74,3 +75,25 @@ def test_edits_on_cuda_work_and_restore_bit_for_bit(method, dtype, countermoral_
     assert state_hashes(lm.model) == before
     assert next(lm.model.parameters()).dtype == getattr(torch, dtype)
     assert all(r["reliability"] > r["pre_reliability"] for r in rows), rows
+
+
+def test_sequential_experiment_runs_on_cuda(countermoral_dir, tmp_path):
+    """experiments/countermoral_sequential.py --device cuda: a short MEMIT sequence edits the model
+    on the GPU and writes its records, checkpoint and tables like the CPU runs."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "experiments" / "countermoral_sequential.py"
+    spec = importlib.util.spec_from_file_location("countermoral_sequential", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--device", "cuda", "--methods", "memit", "--frameworks", "deontology",
+                        "--limit", "3", "--checkpoints", "3", "--data", str(countermoral_dir),
+                        "--out", str(tmp_path)]) == 0
+    run = tmp_path / "memit" / "specific-sequential-deontology"
+    summary = json.loads((run / "summary.json").read_text())
+    assert [c["step"] for c in summary["checkpoints"]] == [3]
+    assert 0.0 <= summary["checkpoints"][0]["retention"] <= 1.0
+    assert len((run / "edits.jsonl").read_text().splitlines()) == 3
+    assert (tmp_path / "sequential.md").exists()
