@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One short check on a CUDA GPU (at most about 8 minutes on one GPU with the bundled model):
 #   1. the vLLM backend on CUDA in bfloat16 and float16, and ROME / MEMIT edits on CUDA in float32 and
-#      bfloat16 with bit-exact restore (tests/test_gpu.py, marker gpu);
+#      bfloat16 with bit-exact restore, and a 3-edit sequential MEMIT run (tests/test_gpu.py, marker gpu);
 #   2. one ROME and one MEMIT edit through `sage edit --device cuda`;
 #   3. the scoring benchmark's ratio against the per-pair reference on CUDA.
 # Writes benchmarks/results/gpu_check.json (each step's exit status, seconds and last lines).
