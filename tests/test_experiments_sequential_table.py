@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "experiments" / "countermoral_sequential.py"
@@ -71,3 +73,34 @@ def test_prefill_meets_a_forward_run_in_the_middle(bundled_lm, countermoral_dir,
     assert got[1] == UneditedScores(bundled_lm, tmp_path / "fresh.sqlite").get(sequence[1])
     for u in (forward, backward, later):
         u.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(-5, 5, allow_nan=False), min_size=1, max_size=30), min_size=1, max_size=5))
+def test_combine_equals_aggregate_of_the_union(groups):
+    """Pooling per-part aggregates gives the aggregate (mean, population std, n) of all rows."""
+    from sage.editing.entry_measures import aggregate, combine
+
+    parts = [aggregate([{"x": v} for v in g], ["x"]) for g in groups]
+    pooled = combine(parts)["x"]
+    every = np.concatenate([np.asarray(g, dtype=float) for g in groups])
+    assert pooled["n"] == every.size
+    assert np.isclose(pooled["mean"], every.mean(), rtol=0, atol=1e-9)
+    assert np.isclose(pooled["std"], every.std(), rtol=0, atol=1e-6)
+
+
+def test_sequential_table4_overall_pools_the_four_framework_runs():
+    """Table 4 (sequential, as published): MEMIT's overall row, from four one-framework runs, is
+    the mean ± std over all 1,200 edits' records; a method with a framework missing has none."""
+    from sage.editing.dataset import FRAMEWORKS
+    from sage.editing.tables import SEQUENTIAL_TABLE4, tables
+
+    section = tables(RESULTS, None).split(f"## {SEQUENTIAL_TABLE4} (specific)")[1].split("\n## ")[0]
+    rows = [r for fw in FRAMEWORKS for r in _jsonl(RESULTS / "memit" / f"specific-sequential-{fw}" / "edits.jsonl")]
+    assert len({r["uid"] for r in rows}) == 1200
+    cells = [f"{np.mean([r[k] for r in rows]):.3f} ± {np.std([r[k] for r in rows]):.3f}"
+             for k in ("reliability", "action_paraphrase", "relation_paraphrase")]
+    assert "| memit | overall | " + " | ".join(cells) + " |" in section
+    frameworks = {p.parent.name.rsplit("-", 1)[1] for p in RESULTS.glob("alphaedit/specific-sequential-*/summary.json")}
+    if set(FRAMEWORKS) - frameworks:
+        assert "| alphaedit | overall | – | – | – |" in section

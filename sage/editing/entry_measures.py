@@ -122,3 +122,22 @@ def aggregate(rows: Iterable[dict], metrics: Sequence[str] = METRICS) -> dict[st
         if vals:
             out[m] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "n": len(vals)}
     return out
+
+
+def combine(parts: Iterable[dict[str, dict]]) -> dict[str, dict]:
+    """`aggregate` of the union of disjoint row sets, from each set's aggregate alone: the pooled
+    mean and population std (`sum n_i (std_i^2 + mean_i^2) / N - mean^2`), per metric present in
+    every part (a metric missing from one part would pool only some rows)."""
+    parts = list(parts)
+    if not parts:
+        return {}
+    out = {}
+    for m in set.intersection(*(set(p) for p in parts)):
+        n = np.array([p[m]["n"] for p in parts], dtype=float)
+        mean = np.array([p[m]["mean"] for p in parts], dtype=float)
+        std = np.array([p[m]["std"] for p in parts], dtype=float)
+        total = n.sum()
+        mu = float((n * mean).sum() / total)
+        var = float((n * (std ** 2 + mean ** 2)).sum() / total - mu ** 2)
+        out[m] = {"mean": mu, "std": float(np.sqrt(max(var, 0.0))), "n": int(total)}
+    return out

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from sage.editing.dataset import FRAMEWORKS
+from sage.editing.entry_measures import combine
 
 PAPER_COLUMNS = (("reliability", "reliability"),
                  ("action_paraphrase", "generalization_action_paraphrase"),
@@ -224,17 +225,29 @@ def _limit(s: dict) -> str:
 def _as_published(sequential: list[dict]) -> list[dict]:
     """Rows for `_paper_part` from sequential runs: the measures right after each edit (the regime of
     the paper's Table 4), per framework; one row per (method, subset), frameworks of several runs
-    merged (an overall row only where one run holds them all)."""
+    merged. The overall row is the run's own where there is one run, else pooled from
+    one complete run per framework (`entry_measures.combine`: mean and std over all their edits),
+    else left empty: an overall of some frameworks would read as the whole subset's."""
     rows: dict[tuple, dict] = {}
     for s in sequential:
         key = (s["method"], s["subset"])
         row = rows.setdefault(key, {"method": s["method"], "subset": s["subset"], "batch": True, "label": _limit(s),
-                                    "frameworks": {}, "overall": {}, "n_entries": 0, "n_expected": 0, "runs": 0})
+                                    "frameworks": {}, "overall": {}, "n_entries": 0, "n_expected": 0, "runs": 0,
+                                    "parts": {}})
         row["frameworks"].update(s.get("frameworks_after_each_edit", {}))
         row["n_entries"] += s["n_edits"]
         row["n_expected"] += s["n_expected"]
         row["runs"] += 1
-        row["overall"] = s["after_each_edit"] if row["runs"] == 1 else {}
+        row.setdefault("first", s["after_each_edit"])
+        if len(s["frameworks"]) == 1 and s["n_edits"] >= s["n_expected"]:
+            row["parts"][s["frameworks"][0]] = s["after_each_edit"]
+    for row in rows.values():
+        parts = row.pop("parts")
+        if row["runs"] == 1:
+            row["overall"] = row.pop("first")
+        elif row["runs"] == len(parts) and set(parts) == set(FRAMEWORKS):
+            row["overall"] = combine(parts[fw] for fw in FRAMEWORKS)
+        row.pop("first", None)
     return list(rows.values())
 
 
