@@ -5,6 +5,7 @@ import datetime as _dt
 import json
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -47,6 +48,14 @@ def git_revision(start: Path | None = None) -> str | None:
         return None
 
 
+def torch_threads() -> int | None:
+    """torch's intra-op thread count where torch is loaded (None otherwise): CPU kernels may split
+    sums by thread, so two runs agree bit for bit only at the same count; recorded with each
+    result so that a rerun that differs in the last bits can be told why."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
+
+
 def provenance(seed: int | None = None) -> dict:
     return {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -54,6 +63,7 @@ def provenance(seed: int | None = None) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "seed": seed,
+        "torch_threads": torch_threads(),
         "versions": package_versions(),
     }
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,12 @@ def test_modified_code_is_dirty(repo):
 def test_outside_a_repository_there_is_no_hash(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # wherever the temp folder lies
     assert git_revision(tmp_path) is None
+
+
+def test_torch_threads_are_recorded_where_torch_is_loaded():
+    """provenance() names torch's thread count (CPU sums may split by thread) without importing torch."""
+    code = ("import sys; from sage.provenance import provenance; a = provenance()['torch_threads']; "
+            "loaded = 'torch' in sys.modules; import torch; torch.set_num_threads(3); "
+            "print(a, loaded, provenance()['torch_threads'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["None", "False", "3"]

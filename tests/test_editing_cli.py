@@ -24,6 +24,9 @@ def test_edit_command_writes_lines_summary_tables_and_resumes(bundled_lm, counte
     rows = [json.loads(x) for x in lines]
     assert [r["uid"] for r in rows] == ["DEONTOLOGY_1_broad", "DEONTOLOGY_2_broad"]
     assert all(0 <= r["reliability"] <= 1 and "neighbourhood_score" in r for r in rows)
+    import torch
+
+    assert all(r["torch_threads"] == torch.get_num_threads() for r in rows)  # bit-level reruns need the same
     summary = json.loads((out / "ft-l" / "broad" / "summary.json").read_text())
     assert summary["hparams"]["steps"] == 5 and summary["seed"] == 0 and summary["git"]
     assert summary["versions"]["torch"] and summary["n_entries"] == 2
@@ -131,6 +134,11 @@ def test_edit_sequential_writes_checkpoints_summary_and_a_sequential_table(bundl
     assert summary["checkpoints"][-1]["editor"] == {} or summary["checkpoints"][-1]["measures"]["reliability"]["n"] == 2
     assert summary["drift_baseline"]["perplexity"] > 1 and summary["checkpoints"][-1]["drift"]["fluency"] is None
     assert json.loads((run / "settings.json").read_text())["drift"]["texts"] == 8  # --drift-texts, recorded
+    import torch
+
+    edits = [json.loads(x) for x in (run / "edits.jsonl").read_text().splitlines()]
+    points = [json.loads(x) for x in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert {r["torch_threads"] for r in edits + points[1:]} == {torch.get_num_threads()}
     tables = (out / "tables.md").read_text()
     assert "## Sequential editing" in tables and "| grace (first 2 per framework) | broad (deontology) | 2 |" in tables
     edits = (run / "edits.jsonl").read_text()

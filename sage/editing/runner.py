@@ -36,7 +36,7 @@ from sage.editing.generation_measures import generation_metrics, observe_generat
 from sage.editing.key_statistics import corpus_name
 from sage.editing.unedited_scores import UneditedScores
 from sage.errors import SageInputError
-from sage.provenance import check_resume_settings, git_revision, package_versions
+from sage.provenance import check_resume_settings, git_revision, package_versions, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def evaluate(editor, lm, requests: Sequence[EditRequest], batch: bool, during=No
                          "group_seconds": wall, "batch_size": len(group), **entry_metrics(pre, post),
                          **generation_metrics(pg, qg),
                          **({"during": extra[r.uid]} if extra is not None else {}),
-                         **({"git": git} if git is not None else {})})
+                         **({"git": git} if git is not None else {}), "torch_threads": torch_threads()})
     return rows
 
 

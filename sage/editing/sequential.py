@@ -59,7 +59,7 @@ from sage.editing.unedited_scores import UneditedScores, scores_from_json, score
 from sage.errors import SageInputError
 from sage.models.causal_lm import load_causal_lm
 from sage.progress import progress_bar
-from sage.provenance import check_resume_settings, git_revision, package_versions
+from sage.provenance import check_resume_settings, git_revision, package_versions, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,8 @@ class _Sequence:
         self.handles.append(handle)
         self.scorer = handle.scoring_model()
         row = {"uid": req.uid, "framework": req.framework, "step": step, **self.measure(req)}
-        row.update(edit_seconds=seconds, step_seconds=time.perf_counter() - t0, git=self.made_by)
+        row.update(edit_seconds=seconds, step_seconds=time.perf_counter() - t0, git=self.made_by,
+                   torch_threads=torch_threads())
         old = self.edits.records.get(req.uid)
         if old is None:
             self.edits.append([row])
@@ -226,6 +227,7 @@ class _Sequence:
                            for fw in FRAMEWORKS if any(r["framework"] == fw for r in rows)},
             "per_edit": {r["uid"]: {k: r[k] for k in PER_EDIT if k in r} for r in rows},
             "drift": drift, "state": state, "editor": self.editor.diagnostics(), "git": self.made_by,
+            "torch_threads": torch_threads(),
             "seconds": time.perf_counter() - t0}])
         prune(self.out, keep=state["dir"])
 
