@@ -90,17 +90,22 @@ def test_combine_equals_aggregate_of_the_union(groups):
 
 
 def test_sequential_table4_overall_pools_the_four_framework_runs():
-    """Table 4 (sequential, as published): MEMIT's overall row, from four one-framework runs, is
-    the mean ± std over all 1,200 edits' records; a method with a framework missing has none."""
+    """Table 4 (sequential, as published): a method's overall row, from its four one-framework runs,
+    is the mean ± std over all 1,200 edits' records; a method with a framework missing has none."""
     from sage.editing.dataset import FRAMEWORKS
     from sage.editing.tables import SEQUENTIAL_TABLE4, tables
 
     section = tables(RESULTS, None).split(f"## {SEQUENTIAL_TABLE4} (specific)")[1].split("\n## ")[0]
-    rows = [r for fw in FRAMEWORKS for r in _jsonl(RESULTS / "memit" / f"specific-sequential-{fw}" / "edits.jsonl")]
-    assert len({r["uid"] for r in rows}) == 1200
-    cells = [f"{np.mean([r[k] for r in rows]):.3f} ± {np.std([r[k] for r in rows]):.3f}"
-             for k in ("reliability", "action_paraphrase", "relation_paraphrase")]
-    assert "| memit | overall | " + " | ".join(cells) + " |" in section
-    frameworks = {p.parent.name.rsplit("-", 1)[1] for p in RESULTS.glob("alphaedit/specific-sequential-*/summary.json")}
-    if set(FRAMEWORKS) - frameworks:
-        assert "| alphaedit | overall | – | – | – |" in section
+    complete = 0
+    for method in ("memit", "alphaedit"):
+        runs = [RESULTS / method / f"specific-sequential-{fw}" for fw in FRAMEWORKS]
+        if not all((run / "summary.json").exists() for run in runs):
+            assert f"| {method} | overall | – | – | – |" in section
+            continue
+        complete += 1
+        rows = [r for run in runs for r in _jsonl(run / "edits.jsonl")]
+        assert len({r["uid"] for r in rows}) == 1200
+        cells = [f"{np.mean([r[k] for r in rows]):.3f} ± {np.std([r[k] for r in rows]):.3f}"
+                 for k in ("reliability", "action_paraphrase", "relation_paraphrase")]
+        assert f"| {method} | overall | " + " | ".join(cells) + " |" in section
+    assert complete >= 1  # MEMIT's four runs are committed
