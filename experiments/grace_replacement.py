@@ -2,9 +2,10 @@
 the key token on) against EasyEdit's `replace_last` (only the key token's output), paired by entry.
 
 Reads our committed broad run (`experiments/results/countermoral/grace/broad/`) and a `replace_last`
-run over the same entries, made with
+run over the same entries (all 120), made with
 
-    sage edit --method grace --subset broad --limit 10 --hparams '{"grace": {"replacement": "replace_last"}}'
+    echo '{"grace": {"replacement": "replace_last"}}' > replace_last.json
+    sage edit --method grace --subset broad --hparams replace_last.json
         --out experiments/results/countermoral_grace_replace_last
 
 and writes `comparison.md` beside the latter: mean per measure over the entries both runs hold, the
