@@ -228,7 +228,9 @@ class TargetScorer(ABC):
     @abstractmethod
     def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]: ...
 
-    #: False where generation through this scoring model is not implemented (studies refuse it).
+    #: False where studies cannot sample text through this scoring model with one generation backend
+    #: (they refuse it); the editing measures' greedy generation may still go through the wrapper's
+    #: own `continue_greedily(prompts, max_new, decided)` (`sage.editing.generation_measures`).
     can_generate: bool = True
 
     def condition_prompts(self, prompts: Sequence[str]) -> list[str]:
@@ -263,8 +265,10 @@ class Editor(ABC):
     #: True where edits can be applied one after another to one model that is never restored in
     #: between (`sage edit --sequential`); see `sage.editing.editor_base.EditorBase` for the hooks.
     supports_sequential: bool = False
-    #: False where free generation through the handle's scoring model is not implemented; studies
-    #: refuse such a method up front, before any text is generated or any edit is made.
+    #: False where studies cannot sample free text through the handle's scoring model (it needs
+    #: more than one generation backend, or an adapter a backend would bypass); studies refuse
+    #: such a method up front, before any text is generated or any edit is made. The editing
+    #: measures' greedy generation goes through the scoring model either way.
     can_generate: bool = True
 
     @abstractmethod

@@ -132,7 +132,8 @@ def test_edit_sequential_writes_checkpoints_summary_and_a_sequential_table(bundl
     assert summary["sequential"] and summary["n_edits"] == 2 and summary["git"] and summary["versions"]["torch"]
     assert [c["step"] for c in summary["checkpoints"]] == [1, 2]
     assert summary["checkpoints"][-1]["editor"] == {} or summary["checkpoints"][-1]["measures"]["reliability"]["n"] == 2
-    assert summary["drift_baseline"]["perplexity"] > 1 and summary["checkpoints"][-1]["drift"]["fluency"] is None
+    assert summary["drift_baseline"]["perplexity"] > 1
+    assert summary["checkpoints"][-1]["drift"]["fluency"] > 0  # GRACE generates through its adapter
     assert json.loads((run / "settings.json").read_text())["drift"]["texts"] == 8  # --drift-texts, recorded
     import torch
 

@@ -91,3 +91,30 @@ def test_batched_greedy_continuations_equal_one_prompt_at_a_time(bundled_lm):
         with torch.no_grad():
             out = model.generate(**ids, do_sample=False, max_new_tokens=n, pad_token_id=tok.pad_token_id)
         assert text == tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_whole_row_steps_equal_the_cached_loop_and_mark_the_prompt(bundled_lm):
+    """The uncached path (what GRACE generates through) makes the same text as the cached one,
+    and tells the step context each row's prompt span: rows padded on the left to the longest
+    prompt, the span ends at the last prompt position and holds exactly the prompt's tokens."""
+    from contextlib import contextmanager
+
+    tok = bundled_lm.tokenizer
+    prompts = ["Lying to a friend is", "Helping a stranger carry their bags is considered", "Stealing"]
+    limits = [5, 9, 3]
+    spans = []
+
+    @contextmanager
+    def note(first, last):
+        spans.append((tuple(first), tuple(last)))
+        yield
+
+    cached = greedy_continuations(bundled_lm, prompts, limits, batch_size=3)
+    assert greedy_continuations(bundled_lm, prompts, limits, batch_size=3, around_step=note) == cached
+    lengths = [len(tok(p).input_ids) for p in prompts]
+    width = max(lengths)
+    assert spans[0] == (tuple(width - n for n in lengths), (width - 1,) * 3)
+    assert spans[-1] == ((width - lengths[1],), (width - 1,))  # the longest-running row alone at the end
+    assert len(spans) == max(limits)

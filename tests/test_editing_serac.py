@@ -48,6 +48,26 @@ def test_serac_trains_on_held_out_edits_reports_scope_accuracy_and_routes(
     for a, b in zip(through["neighbour"], direct["neighbour"]):
         if not a.routed:
             assert a.logprob == pytest.approx(b.logprob, abs=1e-4)  # other batch padding
+    # generation routes each prompt once: in scope, the counterfactual model continues the edit
+    # context and the prompt; out of scope, the base model continues the prompt alone
+    from sage.editing.generation_measures import continuations, greedy_continuations, observe_generation
+
+    prompts = [req.prompt, *req.neighbourhood[:3], req.relation_paraphrases[0]]
+    routes = scorer.route(prompts)
+    assert routes[0] is not None and None in routes
+    calls = []
+    got = continuations(bundled_lm, scorer, prompts, [6] * len(prompts),
+                        decided=lambda i, text: calls.append((i, text)) and False)
+    assert {i for i, _ in calls} == set(range(len(prompts)))  # indices map back to the caller's rows
+    for i, (prompt, route) in enumerate(zip(prompts, routes)):
+        alone = (greedy_continuations(scorer.counterfactual, [serac.edit_context(route, prompt)], [6]) if route
+                 else greedy_continuations(bundled_lm, [prompt], [6]))[0]
+        assert got[i] == alone
+        seen = [t for j, t in calls if j == i]  # the text so far, before each further token
+        assert seen and all(alone.startswith(t) and len(t) < len(alone) for t in seen)
+    assert observe_generation(bundled_lm, scorer, req)["texts"][0] == greedy_continuations(
+        scorer.counterfactual, [serac.edit_context(req, req.prompt)],
+        [len(bundled_lm.tokenizer(" " + req.target_new, add_special_tokens=False).input_ids) + 8])[0]
     handle.restore()
     assert state_hashes(bundled_lm.model) == before
 

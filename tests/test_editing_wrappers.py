@@ -87,6 +87,36 @@ def test_grace_key_token_decides_what_the_codebook_fires_on(bundled_lm, counterm
     assert subj["relation_paraphrase"] > last["relation_paraphrase"]
 
 
+def test_grace_generates_through_its_adapter(bundled_lm, countermoral_dir):
+    """Greedy generation goes through the codebook (issue 32 §4): a prompt the codebook fires on
+    continues with exactly the tokens the teacher-forced scorer ranks first given the text so far
+    (the adapter sees the same rows both ways), and differs from the unedited continuation;
+    deferred prompts continue as on the unedited model."""
+    from sage.editing.generation_measures import continuations, greedy_continuations, observe_generation
+
+    req = load_countermoral(countermoral_dir, "deontology", "broad")[0]
+    prompts = [req.prompt, *req.relation_paraphrases[:2], *req.neighbourhood[:2]]
+    plain = greedy_continuations(bundled_lm, prompts, [8] * len(prompts))
+    handle = make_editor("grace", {"steps": 5, "key": "subject_last"}).apply(bundled_lm, [req])
+    try:
+        wrapper = handle.scoring_model()
+        got = continuations(bundled_lm, wrapper, prompts, [8] * len(prompts))
+        routed = [s.routed for s in wrapper.score(prompts, ["x"] * len(prompts))]
+        assert routed == [True, True, True, False, False]
+        for prompt, text, before, hit in zip(prompts, got, plain, routed):
+            if hit:
+                assert text != before
+                ids = bundled_lm.tokenizer(text, add_special_tokens=False).input_ids
+                assert bundled_lm.tokenizer.decode(ids) == text  # the text re-tokenizes as generated
+                scored = wrapper.score([prompt], [text[1:] if text.startswith(" ") else text])[0]
+                assert scored.exact, (prompt, text, bundled_lm.tokenizer.decode(list(scored.argmax)))
+            else:
+                assert text == before
+        assert observe_generation(bundled_lm, wrapper, req) is not None
+    finally:
+        handle.restore()
+
+
 def test_serac_icl_batch_of_a_whole_framework_trains_on_the_others(bundled_lm, countermoral_dir):
     """A batch holding every entry of a framework leaves SERAC-ICL nothing to train on in that
     framework; the batch pool adds the other frameworks, never the entries under test."""

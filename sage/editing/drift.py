@@ -13,7 +13,7 @@
 - Fluency: the weighted bigram/trigram entropy EasyEdit reports (`sage.metrics.fluency`, EasyEdit
   `easyeditor/evaluate/evaluate_utils.py` `n_gram_entropy`: weights 2/3 and 4/3, arithmetic mean)
   of greedy generations of `NEW_TOKENS` tokens from `FLUENCY_PROMPTS`, generated through the
-  scoring model's conditioning; None where the scoring model cannot generate (GRACE, SERAC).
+  scoring model (`generation_measures.continuations`: GRACE's adapter and SERAC's routing included).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from sage.editing.generation_measures import greedy_continuations
+from sage.editing.generation_measures import continuations
 from sage.editing.key_statistics import CORPUS_SEPARATOR, default_stats_tokens, response_texts, responses_dir
 from sage.editing.profiles import profile_for
 from sage.errors import SageInputError
@@ -67,9 +67,8 @@ class DriftProbe:
         tokens = sum(len(s.argmax) for s in scores)
         nll = -sum(s.logprob for s in scores)
         out: dict = {"perplexity": math.exp(nll / tokens), "tokens": tokens, "fluency": None}
-        if getattr(scorer, "can_generate", True):
-            texts = greedy_continuations(lm, scorer.condition_prompts(list(self.prompts)),
-                                         [self.new_tokens] * len(self.prompts))
+        texts = continuations(lm, scorer, self.prompts, [self.new_tokens] * len(self.prompts))
+        if texts is not None:
             out["fluency"] = mean_ngram_entropy(texts)
         return out
 

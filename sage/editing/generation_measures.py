@@ -17,9 +17,11 @@ tokens, but token accuracy 1.0 of a target that is only the start of a longer wo
 "unfair") or a partial token accuracy do not; and a model can say the target with other tokens
 or another case ("Unfair") that teacher forcing counts wrong.
 
-Generation goes through the handle's scoring model where it can generate (`condition_prompts`:
-IKE and SERAC-ICL put their edit context in front, as in the study); for wrappers that cannot
-(GRACE, SERAC) the post-edit columns are absent (n/a in tables).
+Generation goes through the handle's scoring model (`continuations`): IKE and SERAC-ICL put their
+edit context in front (`condition_prompts`, as in the study); GRACE generates with its adapter
+active, every step recomputing the whole row so the codebook lookup sees the prompt as the
+teacher-forced scorer does; SERAC routes each prompt once, on the prompt, and the chosen model
+(the counterfactual one given the edit, or the base model) generates the whole continuation.
 """
 from __future__ import annotations
 
@@ -53,13 +55,18 @@ def begins_with(continuation: str, target: str) -> bool:
 
 
 def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int], batch_size: int = 32,
-                         decided: Callable[[int, str], bool] | None = None) -> list[str]:
+                         decided: Callable[[int, str], bool] | None = None,
+                         around_step: Callable[[list[int], list[int]], Any] | None = None) -> list[str]:
     """Greedy continuations (decoded text) of `prompts` on `lm` (a loaded model with `.model` and
     `.tokenizer`), row i at most `max_new[i]` tokens, stopping at an end-of-sequence token, or
     as soon as `decided(i, text so far)` says its outcome is known (the row then leaves the batch).
 
     Prompts are tokenized as the teacher-forced scorer tokenizes them and left padded into
-    batches; each step runs one token per remaining row over the attention cache."""
+    batches; each step runs one token per remaining row over the attention cache. With
+    `around_step`, every step instead recomputes the whole rows (prompt and tokens made so far,
+    no cache) inside the context manager `around_step(first, last)`, told each row's first and
+    last prompt position: an adapter that reads prompt positions (GRACE) then sees each step as
+    the teacher-forced scorer sees the same tokens."""
     import torch
 
 
@@ -80,14 +87,24 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
             mask[i, width - len(row):] = 1
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         x, mask, pos = x.to(dev), mask.to(dev), pos.to(dev)
+        whole = (x, mask)  # the padded prompts, for steps that recompute whole rows
         made: list[list[int]] = [[] for _ in ids]
         active = [i for i, n in enumerate(limits) if n > 0]  # rows still generating, in batch order
         cache = new_cache()
         with torch.no_grad():
             while active:
-                res = model.base_model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=True,
-                                       **cache_kwargs(model, cache))
-                cache = output_cache(res) or cache
+                if around_step is None:
+                    res = model.base_model(input_ids=x, attention_mask=mask, position_ids=pos, use_cache=True,
+                                           **cache_kwargs(model, cache))
+                    cache = output_cache(res) or cache
+                else:  # every active row has made the same number of tokens
+                    sel = torch.tensor(active, device=dev)
+                    so_far = torch.tensor([made[i] for i in active], dtype=torch.long, device=dev)
+                    xs = torch.cat([whole[0][sel], so_far], dim=1)  # so_far: [rows, 0] at the first step
+                    ms = torch.cat([whole[1][sel], torch.ones_like(xs[:, width:])], dim=1)
+                    with around_step([width - len(ids[i]) for i in active], [width - 1] * len(active)):
+                        res = model.base_model(input_ids=xs, attention_mask=ms,
+                                               position_ids=(ms.cumsum(-1) - 1).clamp(min=0), use_cache=False)
                 nxt = head(res.last_hidden_state[:, -1]).float().argmax(-1).tolist()
                 keep = []
                 for j, (i, t) in enumerate(zip(active, nxt)):
@@ -96,9 +113,9 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
                     made[i].append(t)
                     if len(made[i]) < limits[i] and not (decided and decided(s + i, tok.decode(made[i]))):
                         keep.append(j)
-                if len(keep) < len(active):
-                    if not keep:
-                        break
+                if not keep:
+                    break
+                if len(keep) < len(active) and around_step is None:
                     sel = torch.tensor(keep, device=dev)
                     cache.batch_select_indices(sel)
                     mask, pos = mask[sel], pos[sel]
@@ -108,6 +125,20 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
                 pos = pos[:, -1:] + 1
         out += [tok.decode(m, skip_special_tokens=True) for m in made]
     return out
+
+
+def continuations(lm: Any, scorer: Any, prompts: Sequence[str], max_new: Sequence[int],
+                  decided: Callable[[int, str], bool] | None = None) -> list[str] | None:
+    """Greedy continuations of `prompts` as the scoring model `scorer` answers them: through its
+    own `continue_greedily` where it has one (GRACE's adapter, SERAC's routing between two
+    models), else on `lm` with the scorer's edit context in front (`condition_prompts`); None
+    where the scorer cannot generate."""
+    own = getattr(scorer, "continue_greedily", None)
+    if own is not None:
+        return own(prompts, max_new, decided)
+    if not getattr(scorer, "can_generate", True):
+        return None
+    return greedy_continuations(lm, scorer.condition_prompts(list(prompts)), max_new, decided=decided)
 
 
 def decided_by(continuation: str, target: str) -> bool:
@@ -132,10 +163,8 @@ def _prompts(req: EditRequest) -> list[tuple[str, str, str]]:
 
 def observe_generation(lm: Any, scorer: Any, req: EditRequest) -> dict[str, list[bool]] | None:
     """Per prompt kind, whether each greedy continuation begins with its target, generated
-    through `scorer`'s conditioning; None where the scorer cannot generate. `"texts"` holds the
+    through `scorer` (`continuations`); None where the scorer cannot generate. `"texts"` holds the
     edit prompt's continuation."""
-    if not getattr(scorer, "can_generate", True):
-        return None
     rows = _prompts(req)
     tok = lm.tokenizer
     limits = [len(tok(" " + t, add_special_tokens=False).input_ids) + EXTRA_TOKENS for _, _, t in rows]
@@ -143,7 +172,9 @@ def observe_generation(lm: Any, scorer: Any, req: EditRequest) -> dict[str, list
     def decided(i: int, text: str) -> bool:  # the edit prompt's continuation is kept whole (recorded)
         return i > 0 and decided_by(text, rows[i][2])
 
-    texts = greedy_continuations(lm, scorer.condition_prompts([p for _, p, _ in rows]), limits, decided=decided)
+    texts = continuations(lm, scorer, [p for _, p, _ in rows], limits, decided)
+    if texts is None:
+        return None
     out: dict[str, list] = {kind: [] for _, kind in _KINDS}
     for (kind, _, target), text in zip(rows, texts):
         out[kind].append(begins_with(text, target))

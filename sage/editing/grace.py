@@ -20,14 +20,17 @@ Key token (`key`):
   key (the query's own subject where it contains the edit's subject).
 
 The adapter only acts inside `GraceScorer`, which tells it where each prompt starts and ends;
-`restore()` removes the hook.
+`restore()` removes the hook. Greedy generation (the editing measures') runs through the adapter
+too (`GraceScorer.continue_greedily`).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sage.editing.editor_base import EDITORS, EditorBase, HParams, check
+from sage.editing.generation_measures import greedy_continuations
 from sage.editing.handles import WrapperHandle
 from sage.editing.target_scoring import (
     LMScorer,
@@ -131,8 +134,8 @@ class GraceScorer(LMScorer):
     """Scores through the adapter: activates it with each batch's prompt boundaries and reports
     for each query whether the codebook fired (`TargetScore.routed`)."""
 
-    # The codebook is keyed to teacher-forced prompt boundaries; free generation through it (which
-    # would have to carry a hit across cached decoding steps) is not implemented.
+    # Studies sample text through a generation backend, which would bypass the adapter; the
+    # editing measures generate greedily through it (`continue_greedily`).
     can_generate = False
     share_prefix = False  # the adapter scans and replaces positions of whole rows
 
@@ -151,13 +154,31 @@ class GraceScorer(LMScorer):
     def _routes(self, n_rows: int) -> list[bool | None]:
         return list(self.adapter.last_hits)
 
+    def continue_greedily(self, prompts: Sequence[str], max_new: Sequence[int], decided=None) -> list[str]:
+        """Greedy continuations with the adapter active. Every step recomputes the whole row (no
+        attention cache), so the lookup reads the prompt's key token and a hit replaces the
+        layer's output at the generated positions too, exactly as when the same tokens are
+        scored teacher-forced (with a cache the later steps would not see the prompt's key)."""
+
+        @contextmanager
+        def active(first: list[int], last: list[int]):
+            self.adapter.prompt_first, self.adapter.prompt_last = first, last
+            try:
+                yield
+            finally:
+                self.adapter.prompt_last = self.adapter.prompt_first = None
+
+        return greedy_continuations(self, prompts, max_new, decided=decided, around_step=active)
+
 
 @EDITORS.register("grace")
 class GraceEditor(EditorBase):
     name = "grace"
     supports_batch = False
     supports_sequential = True
-    can_generate = False  # the codebook hit is not carried across cached decoding steps
+    # studies sample through a generation backend, outside the adapter; the editing measures
+    # generate through it (GraceScorer.continue_greedily)
+    can_generate = False
     hparams_cls = GraceHParams
 
     def __init__(self, hparams=None, context=None):

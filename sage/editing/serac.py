@@ -39,6 +39,7 @@ from sage.api import TargetScore, TargetScorer
 from sage.data.files import write_json, write_whole
 from sage.editing.dataset import EditRequest
 from sage.editing.editor_base import EDITORS, EditorBase, HParams, MemoryEdits, check
+from sage.editing.generation_measures import greedy_continuations
 from sage.editing.handles import WrapperHandle
 from sage.editing.key_statistics import model_key
 from sage.editing.profiles import profile_for
@@ -262,7 +263,8 @@ class SeracScorer(TargetScorer):
     """Routes each query: in scope of a memorized edit -> the counterfactual model given that edit,
     else the unchanged base model. `TargetScore.routed` says which."""
 
-    # Generation would need the study to run two models; not implemented (serac-icl generates).
+    # Studies sample through one generation backend and would need two models (serac-icl
+    # generates there); the editing measures generate through `continue_greedily`.
     can_generate = False
 
     def __init__(self, base: LMScorer, counterfactual: LMScorer, clf: ScopeClassifier,
@@ -302,6 +304,23 @@ class SeracScorer(TargetScorer):
                 out[i] = dataclasses.replace(s, routed=False)
         return out
 
+    def continue_greedily(self, prompts: Sequence[str], max_new: Sequence[int], decided=None) -> list[str]:
+        """Greedy continuations, each prompt routed once on the prompt itself (as `score` routes
+        it): in scope -> the counterfactual model continues "<edit> <target_new>\\n<prompt>", else
+        the base model continues the prompt."""
+        routes = self.route(prompts)
+        inside = [i for i, r in enumerate(routes) if r is not None]
+        outside = [i for i, r in enumerate(routes) if r is None]
+        out: list[str] = [""] * len(prompts)
+        for model, rows, texts in ((self.counterfactual, inside, [edit_context(routes[i], prompts[i]) for i in inside]),
+                                   (self.base, outside, [prompts[i] for i in outside])):
+            if rows:
+                at = (lambda k, t, rows=rows: decided(rows[k], t)) if decided else None
+                got = greedy_continuations(model, texts, [max_new[i] for i in rows], decided=at)
+                for i, t in zip(rows, got):
+                    out[i] = t
+        return out
+
 
 def _save(cache, name: str, obj, info: dict) -> None:
     """One trained part and the training notes, each written whole (a crash leaves no half file)."""
@@ -313,7 +332,7 @@ def _save(cache, name: str, obj, info: dict) -> None:
 
 @EDITORS.register("serac")
 class SeracEditor(MemoryEdits, EditorBase):
-    can_generate = False  # studies would need to generate with two models (serac-icl generates)
+    can_generate = False  # studies would need two generation backends (serac-icl generates there)
     name = "serac"
     supports_batch = True
     supports_sequential = True
