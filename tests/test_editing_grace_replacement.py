@@ -1,5 +1,6 @@
-"""GRACE's replacement rule (issue 32 §5): ours replaces the layer's output from the key token on;
-EasyEdit's `replace_last` only the key token's. Checked on the adapter's hook with a real module."""
+"""GRACE's replacement rule (issue 32 §5): EasyEdit's `replace_last` (the default) replaces only
+the key token's layer output, `from_key` everything from the key token on. Checked on the adapter's
+hook with a real module."""
 from __future__ import annotations
 
 import pytest
@@ -30,5 +31,6 @@ def test_a_hit_replaces_the_key_token_or_everything_after_it(last_only, replaced
 
 
 def test_unknown_replacement_is_one_line():
+    assert GraceHParams().replacement == "replace_last"  # the reference's rule is the default
     with pytest.raises(SageInputError, match="replacement must be one of"):
         GraceHParams(replacement="replace_all")

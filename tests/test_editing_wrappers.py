@@ -78,8 +78,10 @@ def test_grace_key_token_decides_what_the_codebook_fires_on(bundled_lm, counterm
     from sage.editing.runner import evaluate
 
     req = load_countermoral(countermoral_dir, "deontology", "broad")[0]
-    rows = {key: evaluate(make_editor("grace", {"steps": 5, "key": key}), bundled_lm, [req],
-                          batch=False)[0] for key in ("prompt_last", "subject_last")}
+    # from_key: a hit at the subject conditions every later token, the relation's and target's too
+    # (with the default replace_last only the subject token's output changes)
+    rows = {key: evaluate(make_editor("grace", {"steps": 5, "key": key, "replacement": "from_key"}), bundled_lm,
+                          [req], batch=False)[0] for key in ("prompt_last", "subject_last")}
     last, subj = rows["prompt_last"], rows["subject_last"]
     assert last["routed_edit"] == 1.0 and last["routed_relation"] == 0.0
     assert subj["routed_edit"] == 1.0 and subj["routed_relation"] == 1.0

@@ -4,10 +4,11 @@ al., 2023). Weights are never written.
 The adapter sits on one MLP down-projection. A codebook entry is (key, value, epsilon): the key is
 the down-projection input at the edit's key token, the value replaces the layer's output. For a
 query whose key lies within epsilon (Euclidean distance, an absolute radius as in the reference)
-of an entry's key, the layer's output from the key token onward is replaced by the entry's value
-(`replacement="from_key"`, ours; EasyEdit's default `replace_last` replaces the key token's output
-only, `{"replacement": "replace_last"}`); otherwise the layer runs unchanged (deferral). Values are
-trained on the target NLL.
+of an entry's key, the layer's output at the key token is replaced by the entry's value
+(`replacement="replace_last"`, EasyEdit's `replace_last`, the default; `{"replacement": "from_key"}`
+replaces it from the key token on, our default until the generation measures showed it garbles
+what follows the target: sage/editing/TUNING.md); otherwise the layer runs unchanged (deferral).
+Values are trained on the target NLL.
 
 Key token (`key`):
 - `prompt_last` (the reference: EasyEdit sets `key_id` to the last prompt token). Every
@@ -40,10 +41,10 @@ from sage.editing.target_scoring import (
 )
 
 KEY_TOKENS = ("prompt_last", "subject_last")
-#: which layer outputs a codebook hit replaces: `from_key` (ours: the key token's and every later
-#: position's, so the value also conditions the target tokens) or `replace_last` (EasyEdit's
-#: `replacement: replace_last`, GRACE.py: only the key token's output)
-REPLACEMENTS = ("from_key", "replace_last")
+#: which layer outputs a codebook hit replaces: `replace_last` (EasyEdit's `replacement:
+#: replace_last`, GRACE.py: only the key token's output; the default) or `from_key` (the key
+#: token's and every later position's, so the value also conditions the target tokens)
+REPLACEMENTS = ("replace_last", "from_key")
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class GraceHParams(HParams):
     eps: float = 1.0  # deferral radius, absolute (Euclidean distance between keys)
     steps: int = 25
     lr: float = 1.0
-    replacement: str = "from_key"  # or EasyEdit's "replace_last" (see REPLACEMENTS)
+    replacement: str = "replace_last"  # EasyEdit's; or "from_key" (see REPLACEMENTS, TUNING.md)
 
     def __post_init__(self):
         name = type(self).__name__
@@ -158,7 +159,9 @@ class GraceScorer(LMScorer):
         """Greedy continuations with the adapter active. Every step recomputes the whole row (no
         attention cache), so the lookup reads the prompt's key token and a hit replaces the
         layer's output at the generated positions too, exactly as when the same tokens are
-        scored teacher-forced (with a cache the later steps would not see the prompt's key)."""
+        scored teacher-forced (with a cache the later steps would not see the prompt's key).
+        Unlike the reference (EasyEdit GRACE.py decoding with a cache), generated tokens are not
+        looked up in the codebook themselves: only the prompt's key token is."""
 
         @contextmanager
         def active(first: list[int], last: list[int]):
