@@ -115,14 +115,15 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
                         keep.append(j)
                 if not keep:
                     break
-                if len(keep) < len(active) and around_step is None:
-                    sel = torch.tensor(keep, device=dev)
-                    cache.batch_select_indices(sel)
-                    mask, pos = mask[sel], pos[sel]
+                if around_step is None:  # the next cached step: the kept rows' last tokens
+                    if len(keep) < len(active):
+                        sel = torch.tensor(keep, device=dev)
+                        cache.batch_select_indices(sel)
+                        mask, pos = mask[sel], pos[sel]
+                    x = torch.tensor([[made[active[j]][-1]] for j in keep], dtype=torch.long, device=dev)
+                    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                    pos = pos[:, -1:] + 1
                 active = [active[j] for j in keep]
-                x = torch.tensor([[made[i][-1]] for i in active], dtype=torch.long, device=dev)
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                pos = pos[:, -1:] + 1
         out += [tok.decode(m, skip_special_tokens=True) for m in made]
     return out
 

@@ -144,13 +144,18 @@ class GraceScorer(LMScorer):
         super().__init__(model, tokenizer)
         self.adapter = adapter
 
-    def _logits(self, batch, **_cache):
-        self.adapter.prompt_first = batch.attention_mask.argmax(-1).tolist()  # left padding
-        self.adapter.prompt_last = batch.prompt_last
+    @contextmanager
+    def _active(self, first: list[int], last: list[int]):
+        """The adapter acts on rows whose prompts span positions first[i]..last[i]."""
+        self.adapter.prompt_first, self.adapter.prompt_last = first, last
         try:
-            return target_logits(self.model, batch)
+            yield
         finally:
             self.adapter.prompt_last = self.adapter.prompt_first = None
+
+    def _logits(self, batch, **_cache):
+        with self._active(batch.attention_mask.argmax(-1).tolist(), batch.prompt_last):  # left padding
+            return target_logits(self.model, batch)
 
     def _routes(self, n_rows: int) -> list[bool | None]:
         return list(self.adapter.last_hits)
@@ -162,16 +167,7 @@ class GraceScorer(LMScorer):
         scored teacher-forced (with a cache the later steps would not see the prompt's key).
         Unlike the reference (EasyEdit GRACE.py decoding with a cache), generated tokens are not
         looked up in the codebook themselves: only the prompt's key token is."""
-
-        @contextmanager
-        def active(first: list[int], last: list[int]):
-            self.adapter.prompt_first, self.adapter.prompt_last = first, last
-            try:
-                yield
-            finally:
-                self.adapter.prompt_last = self.adapter.prompt_first = None
-
-        return greedy_continuations(self, prompts, max_new, decided=decided, around_step=active)
+        return greedy_continuations(self, prompts, max_new, decided=decided, around_step=self._active)
 
 
 @EDITORS.register("grace")

@@ -287,38 +287,35 @@ class SeracScorer(TargetScorer):
         return [self.memory[int(j)] if float(p) > self.threshold else None
                 for p, j in zip(best.values, best.indices)]
 
-    def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
-        self.calls += 1
+    def _groups(self, prompts: Sequence[str]):
+        """Each prompt routed once: (model, routed, row indices, what that model reads) for the
+        in-scope rows (the counterfactual model, given the edit) and the others (the base model)."""
         routes = self.route(prompts)
         inside = [i for i, r in enumerate(routes) if r is not None]
         outside = [i for i, r in enumerate(routes) if r is None]
+        for model, routed, rows, texts in (
+                (self.counterfactual, True, inside, [edit_context(routes[i], prompts[i]) for i in inside]),
+                (self.base, False, outside, [prompts[i] for i in outside])):
+            if rows:
+                yield model, routed, rows, texts
+
+    def score(self, prompts: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
+        self.calls += 1
         out: list[TargetScore | None] = [None] * len(prompts)
-        if inside:
-            got = self.counterfactual.score([edit_context(routes[i], prompts[i]) for i in inside],
-                                            [targets[i] for i in inside])
-            for i, s in zip(inside, got):
-                out[i] = dataclasses.replace(s, routed=True)
-        if outside:
-            got = self.base.score([prompts[i] for i in outside], [targets[i] for i in outside])
-            for i, s in zip(outside, got):
-                out[i] = dataclasses.replace(s, routed=False)
+        for model, routed, rows, texts in self._groups(prompts):
+            for i, s in zip(rows, model.score(texts, [targets[i] for i in rows])):
+                out[i] = dataclasses.replace(s, routed=routed)
         return out
 
     def continue_greedily(self, prompts: Sequence[str], max_new: Sequence[int], decided=None) -> list[str]:
-        """Greedy continuations, each prompt routed once on the prompt itself (as `score` routes
-        it): in scope -> the counterfactual model continues "<edit> <target_new>\\n<prompt>", else
-        the base model continues the prompt."""
-        routes = self.route(prompts)
-        inside = [i for i, r in enumerate(routes) if r is not None]
-        outside = [i for i, r in enumerate(routes) if r is None]
+        """Greedy continuations, each prompt routed as `score` routes it: in scope -> the
+        counterfactual model continues "<edit> <target_new>\\n<prompt>", else the base model
+        continues the prompt."""
         out: list[str] = [""] * len(prompts)
-        for model, rows, texts in ((self.counterfactual, inside, [edit_context(routes[i], prompts[i]) for i in inside]),
-                                   (self.base, outside, [prompts[i] for i in outside])):
-            if rows:
-                at = (lambda k, t, rows=rows: decided(rows[k], t)) if decided else None
-                got = greedy_continuations(model, texts, [max_new[i] for i in rows], decided=at)
-                for i, t in zip(rows, got):
-                    out[i] = t
+        for model, _, rows, texts in self._groups(prompts):
+            at = (lambda k, t, rows=rows: decided(rows[k], t)) if decided else None
+            for i, t in zip(rows, greedy_continuations(model, texts, [max_new[i] for i in rows], decided=at)):
+                out[i] = t
         return out
 
 
