@@ -118,3 +118,37 @@ def test_whole_row_steps_equal_the_cached_loop_and_mark_the_prompt(bundled_lm):
     assert spans[0] == (tuple(width - n for n in lengths), (width - 1,) * 3)
     assert spans[-1] == ((width - lengths[1],), (width - 1,))  # the longest-running row alone at the end
     assert len(spans) == max(limits)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_shared_prefix_generation_equals_full_rows(bundled_lm, countermoral_dir, monkeypatch):
+    """IKE's queries share their demonstrations and fact: generated over one cached prefix, every
+    continuation equals the one generated from full rows (which the test above ties to
+    transformers' generate()), early stops included; the prefix really is run once."""
+    from sage.editing import generation_measures
+    from sage.editing.dataset import load_countermoral
+    from sage.editing.editor_base import EditContext, make_editor
+
+    pool = load_countermoral(countermoral_dir, "virtue_ethics", "broad")[:6]
+    req = pool[0]
+    scorer = make_editor("ike", {"k": 3}, EditContext(pool=pool)).apply(bundled_lm, [req]).scoring_model()
+    prompts = scorer.condition_prompts([req.prompt, *req.action_paraphrases, *req.relation_paraphrases,
+                                        *req.neighbourhood])
+    limits = [4 + i % 7 for i in range(len(prompts))]
+    targets = [req.target_new] * 21 + [req.target_true] * 10
+
+    def decided(i, text):
+        return decided_by(text, targets[i])
+
+    prefixes = []
+    real = generation_measures.prefix_cache
+    monkeypatch.setattr(generation_measures, "prefix_cache",
+                        lambda model, prefix, rows: prefixes.append(len(prefix)) or real(model, prefix, rows))
+    shared = greedy_continuations(bundled_lm, prompts, limits, decided=decided)
+    assert len(prefixes) == 1 and prefixes[0] >= 100  # 3 demonstrations and the fact, run once
+    assert shared == greedy_continuations(bundled_lm, prompts, limits, decided=decided, share_prefix=False)
+    plain = [req.prompt, *req.neighbourhood]  # no common prefix: the full-row path, no cache built
+    assert greedy_continuations(bundled_lm, plain, [6] * len(plain)) == greedy_continuations(
+        bundled_lm, plain, [6] * len(plain), share_prefix=False)
+    assert len(prefixes) == 1

@@ -33,6 +33,7 @@ import numpy as np
 
 from sage.editing.dataset import EditRequest
 from sage.generation.prompt_tokens import eos_token_ids
+from sage.editing.target_scoring import MIN_SHARED_PREFIX, prefix_cache, shared_prefix_length
 from sage.models.kv_cache import cache_kwargs, new_cache, output_cache
 
 EXTRA_TOKENS = 8  # generated beyond the target's own length
@@ -56,7 +57,8 @@ def begins_with(continuation: str, target: str) -> bool:
 
 def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int], batch_size: int = 32,
                          decided: Callable[[int, str], bool] | None = None,
-                         around_step: Callable[[list[int], list[int]], Any] | None = None) -> list[str]:
+                         around_step: Callable[[list[int], list[int]], Any] | None = None,
+                         share_prefix: bool = True) -> list[str]:
     """Greedy continuations (decoded text) of `prompts` on `lm` (a loaded model with `.model` and
     `.tokenizer`), row i at most `max_new[i]` tokens, stopping at an end-of-sequence token, or
     as soon as `decided(i, text so far)` says its outcome is known (the row then leaves the batch).
@@ -66,7 +68,14 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
     `around_step`, every step instead recomputes the whole rows (prompt and tokens made so far,
     no cache) inside the context manager `around_step(first, last)`, told each row's first and
     last prompt position: an adapter that reads prompt positions (GRACE) then sees each step as
-    the teacher-forced scorer sees the same tokens."""
+    the teacher-forced scorer sees the same tokens.
+
+    Rows of a batch that start with the same tokens (an in-context edit's demonstrations and
+    fact) share one attention cache of them, as in teacher-forced scoring (`LMScorer`): the
+    prefix runs once and each row's first step runs only its own tokens, equal to full rows up to
+    float rounding (tested). IKE's 31 queries per entry share about 130 of their 150 tokens, so
+    this cuts its generation time by most of the prompt pass. Not with `around_step`, whose steps
+    recompute whole rows."""
     import torch
 
 
@@ -79,18 +88,23 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
     for s in range(0, len(prompts), batch_size):
         ids = [tok(p).input_ids for p in prompts[s:s + batch_size]]
         limits = list(max_new[s:s + batch_size])
-        width = max(len(x) for x in ids)
+        shared = 0
+        if share_prefix and around_step is None and len(ids) > 1:
+            shared = shared_prefix_length([(row, ()) for row in ids])
+            shared = shared if shared >= MIN_SHARED_PREFIX else 0
+        width = max(len(x) for x in ids) - shared
         x = torch.full((len(ids), width), pad, dtype=torch.long)
         mask = torch.zeros((len(ids), width), dtype=torch.long)
         for i, row in enumerate(ids):
-            x[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            x[i, width - len(row) + shared:] = torch.tensor(row[shared:], dtype=torch.long)
+            mask[i, width - len(row) + shared:] = 1
+        pos = shared + (mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([torch.ones((len(ids), shared), dtype=torch.long), mask], dim=1)
         x, mask, pos = x.to(dev), mask.to(dev), pos.to(dev)
-        whole = (x, mask)  # the padded prompts, for steps that recompute whole rows
+        whole = (x, mask)  # the padded prompts, for steps that recompute whole rows (shared is 0 there)
         made: list[list[int]] = [[] for _ in ids]
         active = [i for i, n in enumerate(limits) if n > 0]  # rows still generating, in batch order
-        cache = new_cache()
+        cache = prefix_cache(model, ids[0][:shared], len(ids)) if shared else new_cache()
         with torch.no_grad():
             while active:
                 if around_step is None:

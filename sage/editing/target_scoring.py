@@ -64,6 +64,10 @@ def encode_pairs(tokenizer: Any, prompts: Sequence[str], targets: Sequence[str],
     return pair_batch(tokenize_pairs(tokenizer, prompts, targets), pad, device)
 
 
+#: a common token prefix shorter than this is not worth a separate forward pass
+MIN_SHARED_PREFIX = 16
+
+
 def shared_prefix_length(pairs: Sequence[tuple[list[int], list[int]]]) -> int:
     """Tokens every row's prompt starts with, keeping at least one prompt token per row (the
     first target token is predicted there)."""
@@ -169,7 +173,7 @@ class LMScorer(TargetScorer):
 
     #: run a common token prefix of at least `min_shared` tokens once per batch
     share_prefix: bool = True
-    min_shared: int = 16
+    min_shared: int = MIN_SHARED_PREFIX
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32):
         self.model = model
