@@ -9,8 +9,8 @@ holds the median seconds per entry of each, their ratio and how many continuatio
 
     python benchmarks/bench_generation_measures.py --entries 6 --repeats 3 --json /tmp/bench/g.json
 
-Target (not asserted): the prompt pass of IKE's generation columns, which took about 21 of its
-26 s per specific entry (one thread), run once per entry instead of once per query.
+Target (not asserted): the prompt pass of IKE's generation columns (about 21 of the 26 s that
+scoring an edited specific entry took, one thread) run once per entry instead of once per query.
 """
 from __future__ import annotations
 
