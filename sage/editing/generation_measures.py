@@ -32,8 +32,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from sage.editing.dataset import EditRequest
-from sage.generation.prompt_tokens import eos_token_ids
 from sage.editing.target_scoring import MIN_SHARED_PREFIX, prefix_cache, shared_prefix_length
+from sage.generation.prompt_tokens import eos_token_ids
 from sage.models.kv_cache import cache_kwargs, new_cache, output_cache
 
 EXTRA_TOKENS = 8  # generated beyond the target's own length
