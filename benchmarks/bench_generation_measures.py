@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv=None) -> int:
     from sage.editing.dataset import default_data_dir, load_countermoral
     from sage.editing.editor_base import EditContext, make_editor
-    from sage.editing.generation_measures import EXTRA_TOKENS, decided_by, greedy_continuations
+    from sage.editing.generation_measures import decided_by, entry_prompts, greedy_continuations, token_limits
     from sage.models.causal_lm import load_causal_lm
 
     ap = argparse.ArgumentParser()
@@ -49,10 +49,9 @@ def main(argv=None) -> int:
     jobs = []  # per entry: the conditioned prompts, their limits and targets, as observe_generation makes them
     for req in pool[: args.entries]:
         scorer = editor.apply(lm, [req]).scoring_model()
-        rows = ([(req.prompt, req.target_new)] + [(p, req.target_new) for p in req.action_paraphrases]
-                + [(p, req.target_new) for p in req.relation_paraphrases] + [(p, req.target_true) for p in req.neighbourhood])
-        limits = [len(lm.tokenizer(" " + t, add_special_tokens=False).input_ids) + EXTRA_TOKENS for _, t in rows]
-        jobs.append((scorer.condition_prompts([p for p, _ in rows]), limits, [t for _, t in rows]))
+        rows = entry_prompts(req)
+        targets = [t for _, _, t in rows]
+        jobs.append((scorer.condition_prompts([p for _, p, _ in rows]), token_limits(lm.tokenizer, targets), targets))
     seconds = {True: [], False: []}
     texts = {True: [], False: []}
     for round_ in range(args.repeats):

@@ -167,7 +167,7 @@ def decided_by(continuation: str, target: str) -> bool:
     return not (t.startswith(c) or c.startswith(t)) or len(c) > len(t)
 
 
-def _prompts(req: EditRequest) -> list[tuple[str, str, str]]:
+def entry_prompts(req: EditRequest) -> list[tuple[str, str, str]]:
     """(kind, prompt, target it is checked against) for every prompt of an entry."""
     rows = [("edit", req.prompt, req.target_new)]
     rows += [("action", p, req.target_new) for p in req.action_paraphrases]
@@ -176,13 +176,17 @@ def _prompts(req: EditRequest) -> list[tuple[str, str, str]]:
     return rows
 
 
+def token_limits(tokenizer: Any, targets: Sequence[str]) -> list[int]:
+    """Tokens generated per prompt: its target's length (with the leading space) + EXTRA_TOKENS."""
+    return [len(tokenizer(" " + t, add_special_tokens=False).input_ids) + EXTRA_TOKENS for t in targets]
+
+
 def observe_generation(lm: Any, scorer: Any, req: EditRequest) -> dict[str, list[bool]] | None:
     """Per prompt kind, whether each greedy continuation begins with its target, generated
     through `scorer` (`continuations`); None where the scorer cannot generate. `"texts"` holds the
     edit prompt's continuation."""
-    rows = _prompts(req)
-    tok = lm.tokenizer
-    limits = [len(tok(" " + t, add_special_tokens=False).input_ids) + EXTRA_TOKENS for _, _, t in rows]
+    rows = entry_prompts(req)
+    limits = token_limits(lm.tokenizer, [t for _, _, t in rows])
 
     def decided(i: int, text: str) -> bool:  # the edit prompt's continuation is kept whole (recorded)
         return i > 0 and decided_by(text, rows[i][2])
