@@ -78,7 +78,6 @@ def greedy_continuations(lm: Any, prompts: Sequence[str], max_new: Sequence[int]
     recompute whole rows."""
     import torch
 
-
     model, tok = lm.model, lm.tokenizer
     eos = eos_token_ids(tok, getattr(model, "generation_config", None))
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos))
