@@ -65,3 +65,22 @@ def test_editing_claims_sequential_ranking_pools_the_four_frameworks(countermora
     batch = claims.ranking(RESULTS, countermoral_dir, "specific")  # the same methods, MEMIT from its batch run
     assert [o for j, o in enumerate(batch["ours"]) if j != i] == [o for j, o in enumerate(r["ours"]) if j != i]
     assert "with MEMIT's sequential runs (the authors' regime)" in claims.report(RESULTS, countermoral_dir)
+
+
+def test_grace_value_steps_probe_reproduces_table1_and_learns_at_50():
+    """The README's GRACE claim: under replace_last at 25 steps exactly two Table 1 edits miss a
+    target token; the probe (experiments/grace_value_steps.py) re-edits them and reproduces their
+    records (within float32 rounding), and 50 steps learn both."""
+    table1 = _by_uid("grace", "specific")
+    short = sorted(u for u, r in table1.items() if r["reliability"] < 1)
+    assert short == ["UTILITARIANISM_34_", "UTILITARIANISM_43_"]
+    rows = [json.loads(line) for line in
+            (REPO / "experiments/results/grace_value_steps/steps.jsonl").read_text(encoding="utf-8").splitlines()]
+    probe = {(r["uid"], r["replacement"], r["steps"]): r for r in rows}
+    for uid in short:
+        at25 = probe[(uid, "replace_last", 25)]
+        # the sweep scores the edit prompt batched with the entry's other prompts: float32 rounding
+        assert np.isclose(at25["p_new"], table1[uid]["post_p_new"], rtol=1e-4, atol=0)
+        assert at25["token_acc"] == table1[uid]["reliability"] < 1
+        assert probe[(uid, "replace_last", 50)]["token_acc"] == 1.0
+        assert probe[(uid, "from_key", 25)]["token_acc"] == 1.0
