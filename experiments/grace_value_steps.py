@@ -34,19 +34,24 @@ def main(argv=None) -> int:
 
     import torch
 
-    from sage.provenance import provenance
-    from sage.editing.dataset import FRAMEWORKS, load_countermoral
+    from sage.editing.dataset import FRAMEWORKS, load_all
     from sage.editing.editor_base import make_editor
     from sage.editing.generation_measures import token_limits
+    from sage.errors import SageInputError
     from sage.models.causal_lm import load_causal_lm
+    from sage.provenance import provenance
 
-    torch.set_num_threads(1)
-    lm = load_causal_lm("smollm2-135m")
-    reqs = {r.uid: r for fw in FRAMEWORKS for r in load_countermoral(args.data, fw, "specific")}
+    try:  # the entries first: a bad --data or --uid stops before the model loads
+        reqs = {r.uid: r for rs in load_all(args.data, FRAMEWORKS, "specific").values() for r in rs}
+    except SageInputError as exc:
+        print(f"grace_value_steps: {exc}", file=sys.stderr)
+        return 2
     missing = [u for u in args.uid if u not in reqs]
     if missing:
         print(f"grace_value_steps: unknown entry {missing[0]!r} in the specific subset", file=sys.stderr)
         return 2
+    torch.set_num_threads(1)
+    lm = load_causal_lm("smollm2-135m")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     (args.out.parent / "run.json").write_text(json.dumps(provenance(seed=0), indent=2) + "\n")
     with open(args.out, "w") as f:
