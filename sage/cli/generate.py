@@ -21,6 +21,7 @@ from sage.cli.options import (
 from sage.cli.renamed_options import renamed
 from sage.data.files import write_table
 from sage.data.questions import questions_path, read_questions
+from sage.data.run_dir import claim_run_dir
 
 RENAMED = renamed({"--out-dir": "--out"})
 _BACKEND_HELP = "transformers (default for local models), llamacpp, vllm or openai"
@@ -66,6 +67,11 @@ def _write(df, common: dict, default_name: str) -> None:
     click.echo(f"wrote {len(df)} rows to {path}")
 
 
+def _claim(common: dict, default_name: str, inputs: dict, *extra_outputs: str):
+    """Hold --out for the stage (`sage.data.run_dir`): no input overwritten, one run at a time."""
+    return claim_run_dir(common["out_dir"], inputs=inputs, outputs=[common["output"] or default_name, *extra_outputs])
+
+
 def _tokens(common: dict, field: str) -> dict:
     return {field: common["max_new_tokens"]} if common["max_new_tokens"] else {}
 
@@ -100,19 +106,20 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 
     from sage.pipeline import generate_paraphrases
 
-    cfg = _config(common, questions=str(questions_path(questions)) if questions else None, paraphraser=model, paraphraser_backend=common["backend"],
-                  model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
-                  paraphrase_attempts=attempts, paraphrase_requests=requests_per_round,
-                  paraphrase_temperature=temperature, paraphrase_temperature_step=temperature_step,
-                  **_tokens(common, "paraphrase_max_new_tokens"))
-    table, candidates, report = generate_paraphrases(cfg)
-    if len(candidates):
-        write_table(candidates, Path(common["out_dir"]) / "paraphrase_candidates.csv")
-    if report is not None and report["short_of_k"]:
-        click.echo(f"{len(report['short_of_k'])} of {report['n_questions']} questions got fewer than {k} paraphrases "
-                   f"after {attempts} rounds ({len(report['no_paraphrase'])} with none): "
-                   f"{', '.join(report['short_of_k'][:10])}")
-    _write(table, common, "paraphrases.csv")
+    with _claim(common, "paraphrases.csv", {"--questions": questions}, "paraphrase_candidates.csv"):
+        cfg = _config(common, questions=str(questions_path(questions)) if questions else None, paraphraser=model,
+                      paraphraser_backend=common["backend"], model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
+                      paraphrase_attempts=attempts, paraphrase_requests=requests_per_round,
+                      paraphrase_temperature=temperature, paraphrase_temperature_step=temperature_step,
+                      **_tokens(common, "paraphrase_max_new_tokens"))
+        table, candidates, report = generate_paraphrases(cfg)
+        if len(candidates):
+            write_table(candidates, Path(common["out_dir"]) / "paraphrase_candidates.csv")
+        if report is not None and report["short_of_k"]:
+            click.echo(f"{len(report['short_of_k'])} of {report['n_questions']} questions got fewer than {k} "
+                       f"paraphrases after {attempts} rounds ({len(report['no_paraphrase'])} with none): "
+                       f"{', '.join(report['short_of_k'][:10])}")
+        _write(table, common, "paraphrases.csv")
 
 
 @command.command("answers", cls=RENAMED)
@@ -133,15 +140,16 @@ def answers_cmd(paraphrases_file, questions, model, samples, temperature, logpro
     """Answer every paraphrase (the papers' instruction: one paragraph, concisely)."""
     from sage.pipeline import generate_answers, load_table
 
-    if paraphrases_file:
-        table = load_table(paraphrases_file, "paraphrase table")
-    else:
-        table = read_questions(questions_path(questions) if questions else None).drop_duplicates("question_id")
-        table = table.assign(paraphrase_id=0, paraphrase=table["question"], paraphrase_score=float("nan"))
-    cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
-                  samples=samples, temperature=temperature, record_logprobs=logprobs,
-                  **_tokens(common, "answer_max_new_tokens"))
-    _write(generate_answers(table, cfg), common, "answers.csv")
+    with _claim(common, "answers.csv", {"--paraphrases": paraphrases_file, "--questions": questions}):
+        if paraphrases_file:
+            table = load_table(paraphrases_file, "paraphrase table")
+        else:
+            table = read_questions(questions_path(questions) if questions else None).drop_duplicates("question_id")
+            table = table.assign(paraphrase_id=0, paraphrase=table["question"], paraphrase_score=float("nan"))
+        cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
+                      samples=samples, temperature=temperature, record_logprobs=logprobs,
+                      **_tokens(common, "answer_max_new_tokens"))
+        _write(generate_answers(table, cfg), common, "answers.csv")
 
 
 @command.command("rots", cls=RENAMED)
@@ -153,7 +161,8 @@ def rots_cmd(answers_file, model, **common):
     """Write a Rule of Thumb for every answer."""
     from sage.pipeline import generate_rots, load_table
 
-    table = load_table(answers_file, "answers table")
-    cfg = _config(common, rot_model=model, rot_backend=common["backend"],
-                  **_tokens(common, "rot_max_new_tokens"))
-    _write(generate_rots(table, cfg), common, "rots.csv")
+    with _claim(common, "rots.csv", {"--answers": answers_file}):
+        table = load_table(answers_file, "answers table")
+        cfg = _config(common, rot_model=model, rot_backend=common["backend"],
+                      **_tokens(common, "rot_max_new_tokens"))
+        _write(generate_rots(table, cfg), common, "rots.csv")

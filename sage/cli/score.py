@@ -20,6 +20,7 @@ from sage.cli.options import (
     server_options,
 )
 from sage.data.questions import questions_path
+from sage.data.run_dir import claim_run_dir
 from sage.errors import SageInputError
 from sage.metrics.similarity import SimilarityOptions
 
@@ -50,6 +51,12 @@ def _print_summary(summary: dict) -> None:
         table.caption = (f"{len(undefined)} question(s) undefined (fewer than two answers), excluded from the means: "
                          f"{ids}{more}")
     Console().print(table)
+
+
+def run_outputs(table_format: str) -> list[str]:
+    """The files a `sage score` run writes into --out (an input there must not be one of them)."""
+    tables = [f"{name}.{table_format}" for name in ("questions", "responses", "edges")]
+    return [*tables, "summary.json", "summary.md", "paraphrase_candidates.csv", "paraphrase_report.json"]
 
 
 def _score_config(options: dict):
@@ -172,14 +179,18 @@ def command(responses, model, out, table_format, no_progress, **options):
     if responses is None:
         model = model or "smollm2-135m"
         out = out or default_run_dir(model)
-        result = generate_and_score(_pipeline_config(model, out, options), config, progress=not no_progress,
-                                    table_format=table_format)
     else:
         out = out or Path("runs") / responses.stem
-        result = score_responses(responses, config, source=str(responses), progress=not no_progress, out_dir=out,
-                                 table_format=table_format, model_name=options["model_name"],
-                                 default_model=responses.stem)  # read in chunks
-        result.write(out, table_format)
+    with claim_run_dir(out, inputs={"--responses": responses, "--questions": options["questions"]},
+                       outputs=run_outputs(table_format)):
+        if responses is None:
+            result = generate_and_score(_pipeline_config(model, out, options), config, progress=not no_progress,
+                                        table_format=table_format)
+        else:
+            result = score_responses(responses, config, source=str(responses), progress=not no_progress,
+                                     out_dir=out, table_format=table_format, model_name=options["model_name"],
+                                     default_model=responses.stem)  # read in chunks
+            result.write(out, table_format)
     _print_summary(result.summary)
     for w in result.summary.get("warnings", []):
         click.echo(f"warning: {w}", err=True)

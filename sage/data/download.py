@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from sage.data.catalog import DATASETS, Dataset, RemoteFile
 from sage.errors import SageInputError
+from sage.outputs import publish, write_text
 from sage.progress import progress_bar
 from sage.settings import cache_dir, offline
 from sage.version import __version__
@@ -194,7 +195,7 @@ def _fetch(ds: Dataset, f: RemoteFile, root: Path, bar) -> None:
     if digest != f.sha256:
         part.unlink()
         raise _ChecksumMismatch(f"{url}: sha256 {digest} differs from the pinned {f.sha256}")
-    os.replace(part, dest)  # atomic: the final name only ever holds verified bytes
+    publish(part, dest)  # fsynced, renamed: the final name only ever holds verified bytes
 
 
 def _write_manifest(ds: Dataset, root: Path) -> None:
@@ -202,9 +203,7 @@ def _write_manifest(ds: Dataset, root: Path) -> None:
         "dataset": ds.name, "source": ds.source, "commit": ds.commit, "endpoint": endpoint(),
         "files": {f.dest: {"path": f.path, "size": f.size, "sha256": f.sha256} for f in ds.files},
     }
-    tmp = root / f".SOURCE.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, root / "SOURCE.json")
+    write_text(root / "SOURCE.json", json.dumps(manifest, indent=1) + "\n")
 
 
 def download_dataset(name: str, *, to: str | Path | None = None, files: Iterable[str] | None = None,

@@ -4,10 +4,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from pathlib import Path
 
 from sage.errors import SageInputError
+from sage.outputs import write_text, write_whole
 
 
 def read_text(path: str | Path, *, empty_hint: str = "give a file with content") -> str:
@@ -29,8 +29,49 @@ def read_text(path: str | Path, *, empty_hint: str = "give a file with content")
         ) from None
 
 
-def read_jsonl_records(path: str | Path, text: str) -> list[dict]:
-    """One JSON object per non-blank line."""
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def check_text_fields(path: str | Path, lineno: int, record: dict, fields) -> None:
+    """One line naming the file, line and field when a JSON text field holds a number, a list or an
+    object: it would otherwise be scored as its Python repr (`"['a', 'list']"`). null is a missing text."""
+    for name in fields:
+        value = record.get(name)
+        if value is None or isinstance(value, str) or (isinstance(value, float) and math.isnan(value)):
+            continue
+        shown = json.dumps(value, ensure_ascii=False)
+        shown = shown if len(shown) <= 40 else shown[:39] + "…"
+        raise SageInputError(f"{path}: line {lineno}: field {name!r} is {_kind(value)} ({shown}), not a string; "
+                             "write the text as a JSON string (in double quotes)")
+
+
+def check_parquet_text_columns(path: str | Path, schema, fields) -> None:
+    """One line naming the file and column when a Parquet text column is not a string column."""
+    import pyarrow as pa
+
+    for name in fields:
+        if name not in schema.names:
+            continue
+        kind = schema.field(name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+                or getattr(pa.types, "is_string_view", lambda _: False)(kind)):
+            raise SageInputError(f"{path}: column {name!r} holds {kind} values, not strings; write the texts as a "
+                                 "string column")
+
+
+def read_jsonl_records(path: str | Path, text: str, text_fields=()) -> list[dict]:
+    """One JSON object per non-blank line (`text_fields`: fields that must be strings or null)."""
     records = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -44,6 +85,7 @@ def read_jsonl_records(path: str | Path, text: str) -> list[dict]:
             ) from None
         if not isinstance(rec, dict):
             raise SageInputError(f"{path}: line {lineno} is not a JSON object; each line must be one object")
+        check_text_fields(path, lineno, rec, text_fields)
         records.append(rec)
     return records
 
@@ -51,8 +93,10 @@ def read_jsonl_records(path: str | Path, text: str) -> list[dict]:
 ID_COLUMNS = {"question_id": str, "model": str}
 
 
-def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = "give a table with a header and rows"):
-    """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV cells as strings, no NaN."""
+def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = "give a table with a header and rows",
+               text_fields=()):
+    """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV cells as strings, no NaN.
+    `text_fields`: JSONL fields and Parquet columns that must hold strings (CSV cells are text)."""
     import pandas as pd
 
     path = Path(path)
@@ -63,14 +107,19 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         if not path.exists():
             raise SageInputError(f"{path}: file not found")
         try:
+            import pyarrow.parquet as pq
+
+            check_parquet_text_columns(path, pq.read_schema(path), text_fields)
             df = pd.read_parquet(path)
+        except SageInputError:
+            raise
         except Exception as exc:  # pyarrow raises several types for broken files
             raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
         return df.fillna("").astype(str) if as_strings else df
     text = read_text(path, empty_hint=empty_hint)
     if suffix in (".jsonl", ".json"):
         # JSON values keep their types (nested objects stay objects) whatever `as_strings` says.
-        return pd.DataFrame.from_records(read_jsonl_records(path, text))
+        return pd.DataFrame.from_records(read_jsonl_records(path, text, text_fields))
     # Ids are text, always: a numeric-looking id column must not turn into floats (5884 -> 5884.0)
     # when a cell is blank; blank cells stay NaN so the callers' checks name them.
     options = {"dtype": str, "keep_default_na": False} if as_strings else {"dtype": ID_COLUMNS}
@@ -82,20 +131,8 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         raise SageInputError(f"{path}: the file has no columns; {empty_hint}") from None
 
 
-def write_whole(path: str | Path, write) -> Path:
-    """`write(tmp)` writes the file under a temporary name of this process, then it is renamed to
-    `path`: a crash or a concurrent reader never sees half a file, and two processes writing the
-    same file at once do not collide."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
-    return path
-
-
 def write_table(df, path: str | Path) -> Path:
-    """Write a DataFrame as .csv, .jsonl or .parquet (by suffix), atomically: temp file + rename."""
+    """Write a DataFrame as .csv, .jsonl or .parquet (by suffix), atomically (`sage.outputs.write_whole`)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".jsonl", ".json", ".parquet"):
@@ -125,6 +162,6 @@ def json_ready(obj):
 
 
 def write_json(path: str | Path, obj, indent: int = 2) -> Path:
-    """Strict JSON (`json_ready`), written atomically: temp file + rename."""
+    """Strict JSON (`json_ready`), written atomically (`sage.outputs.write_whole`)."""
     text = json.dumps(json_ready(obj), indent=indent, allow_nan=False, ensure_ascii=False) + "\n"
-    return write_whole(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return write_text(path, text)

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from sage.outputs import write_whole, writing
+
 log = logging.getLogger(__name__)
 
 
@@ -53,13 +55,12 @@ class RecordStore:
     def _compact(self) -> None:
         """Rewrite the file with one readable record per key (atomically), so a file that an
         older writer left with a corrupt or repeated line is clean again; no record is lost."""
-        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        with open(tmp, "wb") as fh:
-            for rec in self.records.values():
-                fh.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                for rec in self.records.values():
+                    fh.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+
+        write_whole(self.path, write)
 
     def __contains__(self, key: str) -> bool:
         return key in self.records
@@ -71,14 +72,15 @@ class RecordStore:
         records = list(records)
         if not records:
             return
-        # Created with the first record: a run stopped by bad input leaves no empty folders behind.
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            for rec in records:
-                line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
-                os.write(fd, line)  # one write per record: whole line or nothing visible
-                self.records[rec[self.key_field]] = rec
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with writing(self.path):  # a full disk or a read-only folder: one line naming the file
+            # Created with the first record: a run stopped by bad input leaves no empty folders behind.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                for rec in records:
+                    line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+                    os.write(fd, line)  # one write per record: whole line or nothing visible
+                    self.records[rec[self.key_field]] = rec
+                os.fsync(fd)
+            finally:
+                os.close(fd)

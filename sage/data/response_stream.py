@@ -24,8 +24,8 @@ from typing import Iterator
 
 import pandas as pd
 
-from sage.data.files import ID_COLUMNS
-from sage.data.responses import ValidationReport, blank_ids, normalize_columns
+from sage.data.files import ID_COLUMNS, check_parquet_text_columns, check_text_fields
+from sage.data.responses import TEXT_COLUMNS, TEXT_FIELDS, ValidationReport, blank_ids, normalize_columns
 from sage.errors import SageInputError
 
 READ_ROWS = 20_000  # rows per raw read
@@ -93,8 +93,12 @@ def _parquet_chunks(path: Path, rows: int):
     import pyarrow.parquet as pq
 
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+        parquet = pq.ParquetFile(path)
+        check_parquet_text_columns(path, parquet.schema_arrow, TEXT_FIELDS)
+        for batch in parquet.iter_batches(batch_size=rows):
             yield batch.to_pandas()
+    except SageInputError:
+        raise
     except Exception as exc:  # pyarrow raises several types for broken files
         raise SageInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}); re-export it") from None
 
@@ -116,6 +120,7 @@ def _jsonl_chunks(path: Path, rows: int):
                                      "each line must be one JSON object") from None
             if not isinstance(rec, dict):
                 raise SageInputError(f"{path}: line {lineno} is not a JSON object; each line must be one object")
+            check_text_fields(path, lineno, rec, TEXT_FIELDS)
             records.append(rec)
             if len(records) == rows:
                 yield pd.DataFrame.from_records(records)
@@ -148,11 +153,53 @@ class TableIndex:
     # (model, qid) -> its question text (or None), only while every row seen of it is unscorable:
     # such a question gets no chunk but is still listed, as undefined
     unscorable: dict = field(default_factory=dict)
+    # (model, qid) -> (its question text, the data row it first appears on)
+    question_text: dict = field(default_factory=dict)
+    # (model, qid) -> data rows (1-based) whose question text differs from the first one
+    text_clashes: dict = field(default_factory=dict)
+    nul_rows: list = field(default_factory=list)  # data rows (1-based) whose texts held NUL bytes
+
+    def warnings(self, name: str) -> list[str]:
+        """What the table needed that a run under skip_invalid reports (its rows are also counted as
+        skipped): NUL bytes removed from texts, rows skipped for another question text under an id."""
+        out = []
+        if self.nul_rows:
+            out.append(f"{name}: removed NUL bytes from the texts of {len(self.nul_rows)} row(s) "
+                       f"({_rows(self.nul_rows)}); check how the file was exported")
+        for (model, qid), rows in self.text_clashes.items():
+            text, first = self.question_text[(model, qid)]
+            out.append(f"{name}: question_id {qid!r} (model {model!r}) has another question text on "
+                       f"{len(rows)} row(s) ({_rows(rows)}) than on row {first} ({abbreviate(text)}); "
+                       "those rows were skipped")
+        return out
 
     def undefined_without_rows(self) -> list[dict]:
         """Rows of questions.csv for the questions none of whose rows could be scored (n = 0)."""
         return [{"model": m, "question_id": q, "n": 0, **({"question": text} if text is not None else {})}
                 for (m, q), text in self.unscorable.items()]
+
+
+def _rows(rows: list[int], shown: int = 10) -> str:
+    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
+    return "rows " + ", ".join(map(str, rows[:shown])) + more
+
+
+def abbreviate(text: str, width: int = 40) -> str:
+    """`text` quoted, cut to `width` characters."""
+    return repr(text if len(text) <= width else text[:width - 1] + "…")
+
+
+def strip_nul(chunk: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
+    """The chunk with NUL bytes removed from its text columns, and the (0-based) rows that had any."""
+    hit = pd.Series(False, index=chunk.index)
+    for col in TEXT_COLUMNS:
+        if col in chunk.columns:
+            values = chunk[col]
+            has = values.map(lambda v: isinstance(v, str) and "\x00" in v).astype(bool)
+            if has.any():
+                chunk[col] = values.where(~has, values[has].str.replace("\x00", "", regex=False))
+                hit |= has
+    return chunk, [int(r) for r in chunk.index[hit]]
 
 
 @dataclass(frozen=True)
@@ -162,11 +209,12 @@ class Labels:
     default: str = "model"
     override: str | None = None
 
-    def apply(self, raw: pd.DataFrame, name: str) -> pd.DataFrame:
+    def apply(self, raw: pd.DataFrame, name: str) -> tuple[pd.DataFrame, list[int]]:
+        """The chunk with canonical columns, labels and NUL bytes stripped, and the rows that had any."""
         chunk = normalize_columns(raw, source=name, default_model=self.default)
         if self.override is not None:
             chunk["model"] = self.override
-        return chunk
+        return strip_nul(chunk)
 
 
 def index_table(source, on: tuple[str, ...], name: str, labels: Labels = Labels(),
@@ -175,7 +223,8 @@ def index_table(source, on: tuple[str, ...], name: str, labels: Labels = Labels(
     user's file holds it elsewhere (nodes rebuilt from a pair-layout file: `PairEdges.locate`)."""
     idx = TableIndex()
     for raw in raw_chunks(source, rows):
-        chunk = labels.apply(raw, name)
+        chunk, nul = labels.apply(raw, name)
+        idx.nul_rows += [r + 1 for r in nul]
         for col in on:
             if col not in chunk.columns:
                 raise SageInputError(f"missing column {col!r} needed for --on {col}; found {list(chunk.columns)}; "
@@ -194,6 +243,7 @@ def index_table(source, on: tuple[str, ...], name: str, labels: Labels = Labels(
                 idx.report.bad_rows[int(row) + 1] = f"column {column!r} is empty or NaN"
             bad |= empty
         questions = chunk["question"] if "question" in chunk.columns else pd.Series(None, index=chunk.index)
+        _check_question_texts(idx, chunk, questions, bad)
         for row, model, qid, is_bad, text in zip(chunk.index, chunk["model"], chunk["question_id"], bad, questions):
             key = (model, qid)
             idx.order.setdefault(key, len(idx.order))
@@ -213,6 +263,22 @@ def index_table(source, on: tuple[str, ...], name: str, labels: Labels = Labels(
     return idx
 
 
+def _check_question_texts(idx: TableIndex, chunk: pd.DataFrame, questions: pd.Series, bad: pd.Series) -> None:
+    """Rows whose question text differs from the first text of their (model, question_id) are bad
+    rows: one id is one question (one graph), so they are never merged silently."""
+    for row, model, qid, text in zip(chunk.index, chunk["model"], chunk["question_id"], questions):
+        if qid == "" or not isinstance(text, str) or not text.strip():
+            continue
+        text = text.strip()
+        first = idx.question_text.setdefault((model, qid), (text, int(row) + 1))
+        if first[0] != text and not bad[row]:
+            idx.report.bad_rows[int(row) + 1] = (
+                f"question_id {qid!r} has the question {abbreviate(text)} here but {abbreviate(first[0])} on row "
+                f"{first[1]}; give each question its own question_id")
+            idx.text_clashes.setdefault((model, qid), []).append(int(row) + 1)
+            bad[row] = True
+
+
 def question_chunks(source, idx: TableIndex, name: str, chunk_questions: int, labels: Labels = Labels(),
                     rows: int = READ_ROWS) -> Iterator[pd.DataFrame]:
     """Pass two: DataFrames of whole questions (canonical columns, unscorable rows dropped),
@@ -221,7 +287,7 @@ def question_chunks(source, idx: TableIndex, name: str, chunk_questions: int, la
     pending: dict = {}
     ready: list[pd.DataFrame] = []
     for raw in raw_chunks(source, rows):
-        chunk = labels.apply(raw, name)
+        chunk, _ = labels.apply(raw, name)  # NUL bytes counted by the index
         keep = chunk[[r not in bad for r in chunk.index]]
         for key, frame in keep.groupby(["model", "question_id"], sort=False):
             pending.setdefault(key, []).append(frame)

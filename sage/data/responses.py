@@ -32,11 +32,16 @@ CANONICAL_COLUMNS = [
 TEXT_COLUMNS = ("answer", "rot")
 # Names used by the SaGE authors' released files (priyanshul-govil/SaGE, data/quality100).
 COLUMN_ALIASES = {"paraphrased": "paraphrase", "score": "paraphrase_score", "model_output": "answer"}
+# Fields that hold texts, in either layout (`sage.data.pair_layout`): in JSONL and Parquet files they
+# must be strings (a number or a list would be scored as its repr); CSV cells are text anyway.
+TEXT_FIELDS = ("question", "paraphrase", "paraphrased", "answer", "model_output", "rot",
+               "answer_1", "answer_2", "model_output_1", "model_output_2", "paraphrase_1", "paraphrase_2",
+               "paraphrased_1", "paraphrased_2", "rot_1", "rot_2")
 
 
 def read_responses_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV, JSONL or Parquet responses file into a DataFrame with clear errors."""
-    return files.read_table(path, empty_hint="give a responses file with a header and rows")
+    return files.read_table(path, empty_hint="give a responses file with a header and rows", text_fields=TEXT_FIELDS)
 
 
 def normalize_columns(df: pd.DataFrame, source: str = "responses", default_model: str = "model") -> pd.DataFrame:

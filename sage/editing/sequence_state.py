@@ -25,17 +25,10 @@ from typing import Any
 from sage.data.download import sha256_file
 from sage.editing.handles import WeightSnapshot
 from sage.errors import SageInputError
+from sage.outputs import fsync_dir
 
 STATE_DIR = "state"
 FILES = ("weights.safetensors", "editor.safetensors", "editor.json")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_state(run_dir: Path, step: int, weights: dict[str, Any], editor_state: dict[str, Any]) -> dict:
@@ -60,7 +53,7 @@ def save_state(run_dir: Path, step: int, weights: dict[str, Any], editor_state: 
             os.fsync(fh.fileno())
     shutil.rmtree(final, ignore_errors=True)  # a folder a killed run wrote but never recorded
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     return {"dir": rel, "sha256": {name: sha256_file(final / name) for name in FILES}}
 
 

@@ -13,9 +13,9 @@ transformers < 4.58; this project runs transformers 5, so the export is done her
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -24,6 +24,7 @@ from sage.errors import SageInputError
 from sage.metrics.forward_clock import ForwardClock
 from sage.models.identity import fingerprint
 from sage.models.resolve import bundled_embedder_path, resolve_model_path
+from sage.outputs import write_whole
 from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
@@ -151,14 +152,15 @@ class _OnnxTransformer:
                 return self.model(**dict(zip(names, args))).last_hidden_state
 
         log.info("exporting %s to ONNX once (%s)", path, out)
-        tmp = out.with_name(f"model.onnx.tmp{os.getpid()}")
-        with torch.no_grad():
-            torch.onnx.export(_Hidden(auto), tuple(sample[n] for n in names), str(tmp), input_names=names,
-                              output_names=["last_hidden_state"],
-                              dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names + ["last_hidden_state"]},
-                              opset_version=17, dynamo=False)
-        os.replace(tmp, out)
-        return out
+
+        def export(tmp: Path) -> None:
+            with torch.no_grad():
+                torch.onnx.export(_Hidden(auto), tuple(sample[n] for n in names), str(tmp), input_names=names,
+                                  output_names=["last_hidden_state"],
+                                  dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names + ["last_hidden_state"]},
+                                  opset_version=17, dynamo=False)
+
+        return write_whole(out, export)
 
     def encode(self, texts, batch_size: int, clock) -> list[dict]:
         """Per text, what sentence-transformers' encode(output_value=None) gives."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from sage.errors import SageInputError
 from sage.models.identity import fingerprint
 from sage.models.resolve import resolve_model_path
+from sage.outputs import write_text
 from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,7 @@ def _drop_gguf_quantization(folder: Path) -> None:
     if (config.get("quantization_config") or {}).get("quant_method") != "gguf":
         return
     del config["quantization_config"]
-    tmp = path.with_name(f"config.json.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def model_dir(name: str) -> Path:

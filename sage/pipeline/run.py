@@ -23,6 +23,7 @@ from sage.data.questions import read_questions, read_string_table
 from sage.data.records import RecordStore
 from sage.data.responses import write_responses
 from sage.errors import SageInputError
+from sage.outputs import write_text
 from sage.paraphrase.parascore import ParaScorer
 from sage.pipeline.backends import RunBackends
 from sage.pipeline.pipeline_config import PipelineConfig
@@ -158,8 +159,7 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
         if len(candidates):
             write_table(candidates, out_dir / "paraphrase_candidates.csv")
         if report is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "paraphrase_report.json").write_text(json.dumps(report, indent=2) + "\n")
+            write_text(out_dir / "paraphrase_report.json", json.dumps(report, indent=2) + "\n")
         answers = generate_answers(paraphrases, cfg, backends)
         responses = generate_rots(answers, cfg, backends) if cfg.rots.enabled else answers
         responses = responses[[c for c in RESPONSE_COLUMNS if c in responses.columns]

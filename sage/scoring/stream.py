@@ -77,7 +77,7 @@ def score_responses(
         raise SageInputError(index.report.first_problem(source))
     skipped = sorted(index.report.bad_rows)
     if skipped:
-        log.warning("%s: skipping %d rows with empty texts (rows %s)", source, len(skipped), skipped[:10])
+        log.warning("%s: skipping %d rows that cannot be scored (rows %s)", source, len(skipped), skipped[:10])
 
     chunk_metrics = _ChunkMetrics(config, on, pair_edges)
     sinks = ({name: TableSink(Path(out_dir) / f"{name}.{table_format}") for name in ("responses", "edges")}
@@ -87,21 +87,25 @@ def score_responses(
     n_chunks = -(-sum(v > 0 for v in index.valid_rows.values()) // config.chunk_questions)
     bar = progress_bar(total=n_chunks, desc="scoring", enabled=progress, unit="chunk")
     fix_mmap_threshold()  # memory flat over chunks (sage/scoring/malloc_tuning.py)
-    for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
-        chunk = canonical_order(chunk.reset_index(drop=True))
-        rows, edges = chunk_metrics.score(chunk)
-        question_rows += rows
-        for name, part in (("responses", chunk), ("edges", edges)):
-            if sinks is not None:
-                sinks[name].append(part)
-            else:
-                kept[name].append(part)
-        release_free_heap()
-        bar.update(1)
-    bar.close()
-    if sinks is not None:
-        for sink in sinks.values():
+    try:
+        for chunk in question_chunks(table, index, source, config.chunk_questions, labels):
+            chunk = canonical_order(chunk.reset_index(drop=True))
+            rows, edges = chunk_metrics.score(chunk)
+            question_rows += rows
+            for name, part in (("responses", chunk), ("edges", edges)):
+                if sinks is not None:
+                    sinks[name].append(part)
+                else:
+                    kept[name].append(part)
+            release_free_heap()
+            bar.update(1)
+        bar.close()
+        for sink in (sinks or {}).values():
             sink.close()
+    except BaseException:  # no half-written table is left beside the outputs
+        for sink in (sinks or {}).values():
+            sink.discard()
+        raise
 
     # Questions none of whose rows could be scored (every answer empty) are listed as undefined too.
     questions = pd.DataFrame(question_rows + index.undefined_without_rows())
@@ -111,7 +115,8 @@ def score_responses(
     timings = {**chunk_metrics.timings, "total": time.perf_counter() - t_start}
     summary = summarize(questions, index, config, on, skipped, source, timings)
     summary["similarities"] = {n: sim.describe() for n, sim in chunk_metrics.similarities.items()}
-    summary["warnings"] = [w for sim in chunk_metrics.similarities.values() for w in sim.warnings()]
+    summary["warnings"] = index.warnings(source) + [w for sim in chunk_metrics.similarities.values()
+                                                    for w in sim.warnings()]
     for w in summary["warnings"]:
         log.warning("%s", w)
     if pair_edges is not None:

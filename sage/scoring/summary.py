@@ -15,6 +15,7 @@ from sage.metrics.question_metrics import (
     QUESTION_METRICS,
 )
 from sage.metrics.stats import bootstrap_mean_ci
+from sage.outputs import write_text
 from sage.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,9 @@ class ScoreResult:
         scored with `out_dir` streamed those there already)."""
 
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         write_table(self.questions, out / f"questions.{table_format}")
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
-        (out / "summary.md").write_text(summary_markdown(self.summary))
+        write_text(out / "summary.json", json.dumps(self.summary, indent=2, default=str) + "\n")
+        write_text(out / "summary.md", summary_markdown(self.summary))
         if self.responses is not None:
             write_responses(self.responses, out / f"responses.{table_format}")
         if self.edges is not None:
