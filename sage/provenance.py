@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 from sage.errors import SageInputError
+from sage.outputs import write_text
 
 TRACKED_PACKAGES = (
     "sage-consistency", "torch", "transformers", "sentence-transformers", "bert-score", "rouge-score",
@@ -103,4 +104,4 @@ def check_resume_settings(run_dir: Path, settings: dict, legacy: Path | None = N
                 f"{run_dir}: holds results made with other settings ({'; '.join(changed)}); "
                 "use a new --out directory, or delete that directory to start over")
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=2) + "\n")
+    write_text(path, json.dumps(current, indent=2) + "\n")

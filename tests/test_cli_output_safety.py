@@ -64,6 +64,15 @@ def test_an_out_that_would_overwrite_other_inputs_is_refused(tmp_path):
     assert questions.read_text().startswith("question_id,question") and answers.read_text().startswith("question_id")
 
 
+def test_annotate_import_and_agreement_refuse_to_write_over_the_labels_they_read(tmp_path):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("pair_id,alice,bob\np1,entailment,entailment\n")
+    for args in (["import", labels, "--out", tmp_path / "sub" / ".." / "labels.csv"],
+                 ["agreement", labels, "--out", tmp_path / "labels.csv"]):
+        assert_clean_error(run_sage("annotate", *args), str(labels), "would overwrite this input (LABELS)")
+    assert labels.read_text() == "pair_id,alice,bob\np1,entailment,entailment\n"
+
+
 def _unwritable_outs(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "a-file").write_text("not a folder")
     return {

@@ -13,7 +13,9 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from sage.annotation.labels import SCHEMES, check_scheme
+from sage.data.files import write_table
 from sage.errors import SageInputError
+from sage.outputs import write_text
 
 log = logging.getLogger(__name__)
 
@@ -121,22 +123,20 @@ def write_exports(
                 raise SageInputError(f"annotator name {name!r} clashes with a pair column; choose another")
             table[name] = ""
         path = out_dir / "pairs.csv"
-        table.to_csv(path, index=False)
+        write_table(table, path)
         written["csv"] = str(path)
     if "jsonl" in formats:
         path = out_dir / "pairs.jsonl"
-        with open(path, "w", encoding="utf-8") as fh:
-            for rec in _records(pairs):
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        write_text(path, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in _records(pairs)))
         written["jsonl"] = str(path)
     if "labelstudio" in formats:
         path = out_dir / "labelstudio_tasks.json"
         tasks = labelstudio_tasks(pairs, predictions, scheme)
-        path.write_text(json.dumps(tasks, ensure_ascii=False, indent=1), encoding="utf-8")
+        write_text(path, json.dumps(tasks, ensure_ascii=False, indent=1))
         written["labelstudio"] = str(path)
         for s in SCHEMES:
             cfg = out_dir / f"labelstudio_config_{s}.xml"
-            cfg.write_text(labeling_config(s), encoding="utf-8")
+            write_text(cfg, labeling_config(s))
             written[f"labelstudio_config_{s}"] = str(cfg)
     info = {
         "seed": pair_set.seed,
@@ -147,7 +147,7 @@ def write_exports(
         "files": {k: Path(v).name for k, v in written.items()},
         **(meta or {}),
     }
-    (out_dir / "export_meta.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+    write_text(out_dir / "export_meta.json", json.dumps(info, indent=2, default=str))
     written["meta"] = str(out_dir / "export_meta.json")
     log.info("exported %d pairs to %s", len(pairs), out_dir)
     return written

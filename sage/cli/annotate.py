@@ -10,8 +10,10 @@ import click
 from sage.annotation.agreement import agreement, agreement_markdown
 from sage.annotation.export import predictions_from_similarity, write_exports
 from sage.cli.label_options import label_import_options, read_labels_file, split_names
+from sage.data.run_dir import check_inputs_kept
 from sage.errors import SageInputError
 from sage.metrics.similarity import build_similarity
+from sage.outputs import write_text, write_whole
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +96,15 @@ _RESPONSES_HELP = "Responses table to match rows without pair ids by their texts
               help="Normalised labels CSV (pair_id, annotator, label); a .report.json is written beside it.")
 def import_cmd(labels, out, **options):
     """Read Label Studio JSON, wide CSV (one column per annotator) or JSONL labels."""
+    _keep_inputs(out, labels, options)
     ls = read_labels_file(labels, options)
-    out.parent.mkdir(parents=True, exist_ok=True)
     table = ls.labels[["pair_id", "annotator", "label"]]
     if len(ls.pairs.columns) > 1:
         table = table.merge(ls.pairs, on="pair_id", how="left")
-    table.to_csv(out, index=False)
+    write_whole(out, lambda tmp: table.to_csv(tmp, index=False))  # any name the user gives
     report = {"source": str(labels), "scheme": ls.scheme, "annotators": ls.annotators, "counts": ls.counts}
     rpath = out.with_suffix(".report.json")
-    rpath.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    write_text(rpath, json.dumps(report, indent=2, default=str))
     c = ls.counts
     click.echo(f"{c['labels']} {ls.scheme} labels from {len(ls.annotators)} annotators on {c['pairs_labelled']} pairs; "
                f"skipped cells {sum(c['skipped_by_annotator'].values())}, cancelled {c.get('cancelled', 0)}, "
@@ -110,6 +112,13 @@ def import_cmd(labels, out, **options):
                f"{c['unmatched']['rows']}, unlabelled pairs {c.get('pairs_seen_without_any_label', 0)}")
     _echo_unmatched(c)
     click.echo(f"  labels: {out}\n  report: {rpath}")
+
+
+def _keep_inputs(out: Path, labels: Path, options: dict) -> None:
+    """--out and the file written beside it must not overwrite the labels, pairs or responses read."""
+    check_inputs_kept(out.parent, {"LABELS": labels, "--pairs": options.get("pairs"),
+                                   "--responses": options.get("responses")},
+                      [out.name, out.with_suffix(".report.json").name, out.with_suffix(".md").name])
 
 
 def _echo_unmatched(counts) -> None:
@@ -129,13 +138,14 @@ def _echo_unmatched(counts) -> None:
 def agreement_cmd(labels, n_boot, seed, out, **options):
     """Fleiss' kappa, Krippendorff's alpha, label distributions, bootstrap 95% CIs."""
 
+    if out:
+        _keep_inputs(out, labels, options)
     ls = read_labels_file(labels, options)
     result = agreement(ls.labels, ls.scheme, n_boot, seed)
     result["import_counts"] = ls.counts
     md = agreement_markdown(result)
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-        out.with_suffix(".md").write_text(md, encoding="utf-8")
+        write_text(out, json.dumps(result, indent=2, default=str))
+        write_text(out.with_suffix(".md"), md)
     click.echo(md)
     _echo_unmatched(ls.counts)

@@ -20,6 +20,7 @@ from sage.cli.label_options import label_import_options, read_labels_file
 from sage.data.files import write_json
 from sage.errors import SageInputError
 from sage.metrics.question_metrics import measure_edges
+from sage.outputs import write_text
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def command(run_dir, labels_path, out_dir, **options):
     note = unmatched_note(ls.counts)
     if note:
         md += f"\nSkipped (--ignore-unknown): {note}.\n"
-    (out_dir / "correlation.md").write_text(md, encoding="utf-8")
+    write_text(out_dir / "correlation.md", md)
     click.echo(md)
     for warning in result["warnings"]:
         click.echo(f"warning: {warning}", err=True)

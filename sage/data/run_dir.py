@@ -49,7 +49,7 @@ def check_inputs_kept(out: str | Path, inputs: Mapping[str, str | Path | None], 
         for name in [*outputs, LOCK_NAME]:
             if _same_file(Path(given), out / name):
                 raise SageInputError(
-                    f"{given}: --out {out} would overwrite this input ({option}) with the run's {name}; "
+                    f"{given}: the output {out / name} would overwrite this input ({option}); "
                     "choose another --out, or move the input out of that folder")
 
 

@@ -32,6 +32,7 @@ from sage.data.files import write_whole
 from sage.editing.handles import tensor_hash
 from sage.editing.profiles import ModelProfile
 from sage.errors import SageInputError
+from sage.outputs import write_text
 from sage.progress import progress_bar
 from sage.settings import cache_dir
 
@@ -280,7 +281,7 @@ def second_moments(model: Any, tokenizer: Any, profile: ModelProfile, layers: Se
         cov = (sums[layer] / len(ids)).float()
         path = _cache_path(model, layer, corpus_hash, n_tokens)
         write_whole(path, lambda tmp, cov=cov: torch.save(cov, tmp))  # two processes may build the same layer
-        path.with_suffix(".json").write_text(json.dumps(
+        write_text(path.with_suffix(".json"), json.dumps(
             {"source": corpus.source, "tokens": n_tokens, "corpus_sha256": corpus_hash,
              "layers_built_together": todo, "seconds": round(seconds, 1)}, indent=2))
         out[layer] = cov

@@ -36,6 +36,7 @@ from sage.editing.generation_measures import generation_metrics, observe_generat
 from sage.editing.key_statistics import corpus_name
 from sage.editing.unedited_scores import UneditedScores
 from sage.errors import SageInputError
+from sage.outputs import write_text
 from sage.provenance import check_resume_settings, git_revision, package_versions, torch_threads
 
 log = logging.getLogger(__name__)
@@ -248,5 +249,5 @@ def summarize(cfg: RunConfig, diagnostics: dict | None = None, added: bool = Fal
     }
     if previous.get("versions_note"):  # what is known of versions an earlier sitting did not record
         summary = {**summary, "versions_note": previous["versions_note"]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text(out / "summary.json", json.dumps(summary, indent=2))
     return summary

@@ -58,6 +58,7 @@ from sage.editing.target_scoring import LMScorer
 from sage.editing.unedited_scores import UneditedScores, scores_from_json, scores_to_json
 from sage.errors import SageInputError
 from sage.models.causal_lm import load_causal_lm
+from sage.outputs import write_text
 from sage.progress import progress_bar
 from sage.provenance import check_resume_settings, git_revision, package_versions, torch_threads
 
@@ -324,5 +325,5 @@ def summarize_sequence(cfg: RunConfig, settings: dict, made_by: str | None = Non
                     "edits_timed": len(seconds)} if seconds else {},
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text(out / "summary.json", json.dumps(summary, indent=2))
     return summary

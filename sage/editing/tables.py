@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sage.editing.dataset import FRAMEWORKS
 from sage.editing.entry_measures import combine
+from sage.outputs import write_text
 
 PAPER_COLUMNS = (("reliability", "reliability"),
                  ("action_paraphrase", "generalization_action_paraphrase"),
@@ -279,5 +280,5 @@ def tables(out_dir: Path, data_dir: Path | None) -> str:
 
 def write_tables(out_dir: Path, data_dir: Path | None) -> Path:
     path = Path(out_dir) / "tables.md"
-    path.write_text(tables(out_dir, data_dir))
+    write_text(path, tables(out_dir, data_dir))
     return path

@@ -19,6 +19,7 @@ import numpy as np
 from sage.annotation.correlation import metric_columns, read_question_scores
 from sage.errors import SageInputError
 from sage.metrics.stats import bootstrap_mean_ci
+from sage.outputs import write_text
 from sage.reporting import figures
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,8 @@ def build_report(run_dir: Path, out_html: Path | None = None, out_md: Path | Non
     out_html = Path(out_html) if out_html else data["run_dir"] / "report.html"
     out_md = Path(out_md) if out_md else out_html.with_suffix(".md")
     out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(render_html(ctx, figs), encoding="utf-8")
-    out_md.write_text(render_markdown(ctx), encoding="utf-8")
+    write_text(out_html, render_html(ctx, figs))
+    write_text(out_md, render_markdown(ctx))
     log.info("report written to %s and %s", out_html, out_md)
     return {"html": out_html, "markdown": out_md, "figures": sorted(figs), "rank_by": rank_by}
 

@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from sage.data.files import write_table
 from sage.data.records import RecordStore
 from sage.editing.editor_base import EDITORS, check_batch_mode
 from sage.editing.dataset import FRAMEWORKS, EditRequest, load_countermoral
@@ -38,6 +39,7 @@ from sage.generation.model_specs import resolve_model
 from sage.metrics.fluency import mean_ngram_entropy
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.models.causal_lm import load_causal_lm
+from sage.outputs import write_text
 from sage.paraphrase.parascore import DEFAULT_THRESHOLD, ParaScorer
 from sage.provenance import check_resume_settings, provenance
 from sage.studies import probes
@@ -136,7 +138,7 @@ class _Study:
         store = RecordStore(self.out / "open_questions" / "paraphrases.jsonl")
         run_paraphrase_stage(questions, self.base, self.fmt, ParaScorer(device=cfg.device), store, pcfg)
         table = paraphrase_table(questions, store)
-        table.to_csv(self.out / "open_questions" / "paraphrases.csv", index=False)
+        write_table(table, self.out / "open_questions" / "paraphrases.csv")
         return {uid: g["paraphrase"].tolist() for uid, g in table.groupby("question_id", sort=False)}
 
     # ------------------------------------------------------------------ one model state
@@ -355,8 +357,8 @@ def write_config(out: Path, config, seed: int) -> dict:
     """`out/config.json`: a study's configuration (a dataclass) and provenance; returns the provenance."""
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance(seed)
-    (out / "config.json").write_text(json.dumps({"config": asdict(config), "provenance": prov}, indent=2,
-                                                default=str) + "\n")
+    write_text(out / "config.json", json.dumps({"config": asdict(config), "provenance": prov}, indent=2,
+                                               default=str) + "\n")
     return prov
 
 
@@ -371,9 +373,9 @@ def _run_study(cfg: StudyConfig, lm, executor) -> dict:
     executor.release(f"study:{cfg.out}")
     uids = [r.uid for r in study.entries]
     scores = score_states(states, uids, cfg.seed)
-    scores.to_csv(out / "scores.csv", index=False)
+    write_table(scores, out / "scores.csv")
     changes = paired_changes(scores, cfg.methods, cfg.n_boot, cfg.seed)
-    changes.to_csv(out / "changes.csv", index=False)
+    write_table(changes, out / "changes.csv")
     edit = {}
     for method in cfg.methods:
         recs = [states[state_name(method)].records[u] for u in uids]
@@ -381,6 +383,6 @@ def _run_study(cfg: StudyConfig, lm, executor) -> dict:
         edit[method]["edit_seconds"] = float(np.median([r["edit_seconds"] for r in recs]))
     summary = {"config": asdict(cfg), "n_entries": len(uids), "edit_metrics": edit,
                "changes": changes.to_dict(orient="records"), "provenance": prov}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (out / "summary.md").write_text(_markdown(changes, edit, cfg, len(uids)))
+    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_text(out / "summary.md", _markdown(changes, edit, cfg, len(uids)))
     return summary

@@ -28,11 +28,13 @@ from typing import Sequence
 
 import pandas as pd
 
+from sage.data.files import write_table
 from sage.data.records import RecordStore
 from sage.editing.dataset import SUBSETS, EditRequest, load_countermoral
 from sage.editing.runner import RunConfig
 from sage.editing.sequential import SequentialConfig, run_sequential
 from sage.errors import SageInputError
+from sage.outputs import write_text, write_whole
 from sage.progress import progress_bar
 from sage.provenance import check_resume_settings
 from sage.studies.edit_consistency import (
@@ -203,7 +205,7 @@ def plot(changes: pd.DataFrame, path: Path, probe: str = "answers") -> Path | No
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_whole(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     return path
 
 
@@ -219,17 +221,17 @@ def run_sequential_study(scfg: SequentialStudyConfig, lm=None) -> dict:
         store, rots, summaries[method] = seq.method(method, open_qs)
         texts[method] = (store, rots)
     scores = _score(pre, texts, cfg.seed)
-    scores.to_csv(out / "scores.csv", index=False)
+    write_table(scores, out / "scores.csv")
     steps = {m: sorted({r["step"] for r in texts[m][0].records.values()}) for m in cfg.methods}
     changes = sequential_changes(scores, seq.kind, cfg.methods, steps, cfg.n_boot, cfg.seed)
-    changes.to_csv(out / "changes.csv", index=False)
+    write_table(changes, out / "changes.csv")
     n = {g: sum(1 for k in seq.kind.values() if k == g) for g in GROUPS}
     slim = {m: {"n_edits": s["n_edits"], "checkpoints": [{k: c[k] for k in ("step", "retention", "drift")}
                                                          for c in s["checkpoints"]]} for m, s in summaries.items()}
     summary = {"config": asdict(scfg), "n_entries": n, "sequences": slim,
                "changes": changes.to_dict(orient="records"), "provenance": prov}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (out / "summary.md").write_text(_markdown(changes, summaries, scfg, n))
+    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    write_text(out / "summary.md", _markdown(changes, summaries, scfg, n))
     plot(changes, out / "sge_vs_edits.png")
     return summary
 
