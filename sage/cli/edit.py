@@ -17,6 +17,7 @@ from sage.cli.editing_options import (
 )
 from sage.cli.options import pop_executor, quiet_model_loading
 from sage.editing.editor_base import EDITORS
+from sage.data.run_dir import claim_run_dir
 from sage.editing.dataset import default_data_dir
 from sage.editing.runner import RunConfig, check_data, sequential_context
 from sage.editing.sequential import SequentialConfig, run_sequential
@@ -56,30 +57,31 @@ def command(methods, frameworks, batch, sequential, checkpoints, drift_texts, or
     # written: one clear line, exit status 2.
     check_data(data, [(c.name, c.batch) for c in choices], frameworks, options["subset"], options["limit"])
     resolve_model_path(options["model"], what="generator model", download=False)
-    device = options["device"]
-    cfgs = [RunConfig(method=c.name, frameworks=frameworks, subset=options["subset"], model=options["model"],
-                      out=Path(out_dir), data=str(data), limit=options["limit"], batch=c.batch,
-                      overrides=overrides.get(c.name, {}), corpus=options["corpus"],
-                      device=device or default_device(), seed=options["seed"],
-                      dtype=resolve_dtype(options["dtype"], device or default_device()),
-                      device_map=options["device_map"])
-            for c in choices]
-    if sequential:
-        for cfg in cfgs:  # the other subset's files a retrieval or trained method reads, checked before any load
-            sequential_context(cfg.data, cfg.subset, method=cfg.method)
-        for cfg in cfgs:
-            summary = run_sequential(SequentialConfig(cfg, checkpoints=marks, order_seed=order_seed,
-                                                      drift_texts=drift_texts or SequentialConfig.drift_texts))
-            last = summary["checkpoints"][-1] if summary["checkpoints"] else {}
-            log.info("%s sequential: %d edits, retention %.3f", cfg.method, summary["n_edits"],
-                     last.get("retention", float("nan")))
-        click.echo(f"wrote {write_tables(Path(out_dir), data)}")
-        return
-    with make_executor(executor_name, executor_opts) as executor:
-        # Workers resolve the device themselves unless --device says (a CPU driver, GPU workers).
-        summaries = run_sweep(cfgs, executor, device=device)
-    for c, summary in zip(choices, summaries):
-        rel = summary["overall"].get("reliability", {}).get("mean", float("nan"))
-        log.info("%s: %d entries, reliability %.3f", c.spelled, summary["n_entries"], rel)
-    path = write_tables(Path(out_dir), data)
-    click.echo(f"wrote {path}")
+    with claim_run_dir(out_dir, inputs={"--hparams": hparams_file}, outputs=["tables.md"]):
+        device = options["device"]
+        cfgs = [RunConfig(method=c.name, frameworks=frameworks, subset=options["subset"], model=options["model"],
+                          out=Path(out_dir), data=str(data), limit=options["limit"], batch=c.batch,
+                          overrides=overrides.get(c.name, {}), corpus=options["corpus"],
+                          device=device or default_device(), seed=options["seed"],
+                          dtype=resolve_dtype(options["dtype"], device or default_device()),
+                          device_map=options["device_map"])
+                for c in choices]
+        if sequential:
+            for cfg in cfgs:  # the other subset's files a retrieval or trained method reads, checked before any load
+                sequential_context(cfg.data, cfg.subset, method=cfg.method)
+            for cfg in cfgs:
+                summary = run_sequential(SequentialConfig(cfg, checkpoints=marks, order_seed=order_seed,
+                                                          drift_texts=drift_texts or SequentialConfig.drift_texts))
+                last = summary["checkpoints"][-1] if summary["checkpoints"] else {}
+                log.info("%s sequential: %d edits, retention %.3f", cfg.method, summary["n_edits"],
+                         last.get("retention", float("nan")))
+            click.echo(f"wrote {write_tables(Path(out_dir), data)}")
+            return
+        with make_executor(executor_name, executor_opts) as executor:
+            # Workers resolve the device themselves unless --device says (a CPU driver, GPU workers).
+            summaries = run_sweep(cfgs, executor, device=device)
+        for c, summary in zip(choices, summaries):
+            rel = summary["overall"].get("reliability", {}).get("mean", float("nan"))
+            log.info("%s: %d entries, reliability %.3f", c.spelled, summary["n_entries"], rel)
+        path = write_tables(Path(out_dir), data)
+        click.echo(f"wrote {path}")

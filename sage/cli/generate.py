@@ -108,7 +108,8 @@ def paraphrases_cmd(questions, model, k, min_parascore, attempts, requests_per_r
 
     with _claim(common, "paraphrases.csv", {"--questions": questions}, "paraphrase_candidates.csv"):
         cfg = _config(common, questions=str(questions_path(questions)) if questions else None, paraphraser=model,
-                      paraphraser_backend=common["backend"], model=model, prompt_format=common["prompt_format"], k=k, min_parascore=min_parascore,
+                      paraphraser_backend=common["backend"], model=model, prompt_format=common["prompt_format"], k=k,
+                      min_parascore=min_parascore,
                       paraphrase_attempts=attempts, paraphrase_requests=requests_per_round,
                       paraphrase_temperature=temperature, paraphrase_temperature_step=temperature_step,
                       **_tokens(common, "paraphrase_max_new_tokens"))

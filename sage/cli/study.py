@@ -15,6 +15,7 @@ from sage.cli.editing_options import (
     sequential_options,
 )
 from sage.cli.options import pop_executor, quiet_model_loading
+from sage.data.run_dir import claim_run_dir
 from sage.editing.dataset import default_data_dir
 from sage.editing.runner import check_data, sequential_context
 from sage.executors import make_executor
@@ -81,15 +82,16 @@ def edit_consistency(methods, frameworks, hparams_file, out_dir, data_dir, seque
     check_data(cfg.data, [(c.name, c.batch) for c in choices], cfg.frameworks, cfg.subset, cfg.limit)
     resolve_model_path(cfg.model, what="generator model", download=False)
 
-    if sequential:
-        for c in choices:  # the control entries (the other subset) and any pool a method reads
-            sequential_context(cfg.data, cfg.subset, method=c.name)
-        scfg = SequentialStudyConfig(cfg, checkpoints=marks, controls=controls,
-                                     drift_texts=drift_texts or SequentialStudyConfig.drift_texts)
-        control_entries(cfg, controls)
-        run_sequential_study(scfg)
+    with claim_run_dir(out_dir, inputs={"--hparams": hparams_file}, outputs=["summary.json", "summary.md"]):
+        if sequential:
+            for c in choices:  # the control entries (the other subset) and any pool a method reads
+                sequential_context(cfg.data, cfg.subset, method=c.name)
+            scfg = SequentialStudyConfig(cfg, checkpoints=marks, controls=controls,
+                                         drift_texts=drift_texts or SequentialStudyConfig.drift_texts)
+            control_entries(cfg, controls)
+            run_sequential_study(scfg)
+            click.echo(f"wrote {Path(out_dir) / 'summary.md'}")
+            return
+        with make_executor(executor, executor_opts) as ex:
+            run_study(cfg, executor=ex)
         click.echo(f"wrote {Path(out_dir) / 'summary.md'}")
-        return
-    with make_executor(executor, executor_opts) as ex:
-        run_study(cfg, executor=ex)
-    click.echo(f"wrote {Path(out_dir) / 'summary.md'}")
