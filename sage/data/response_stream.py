@@ -160,8 +160,8 @@ class TableIndex:
     nul_rows: list = field(default_factory=list)  # data rows (1-based) whose texts held NUL bytes
 
     def warnings(self, name: str) -> list[str]:
-        """What the table needed that a run under skip_invalid reports (its rows are also counted as
-        skipped): NUL bytes removed from texts, rows skipped for another question text under an id."""
+        """The run summary's warnings about the table: NUL bytes removed from texts (always), and,
+        under skip_invalid, rows skipped (and counted) for another question text under an id."""
         out = []
         if self.nul_rows:
             out.append(f"{name}: removed NUL bytes from the texts of {len(self.nul_rows)} row(s) "
