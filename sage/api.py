@@ -139,7 +139,12 @@ class Generation:
     its logits); `sampled_logprobs` under the distribution the token was drawn from (logits
     divided by the temperature, top-p truncated and renormalised; the model's own when greedy),
     as semantic entropy's reference records them. Backends that report only one of them leave
-    `sampled_logprobs` None (`GenerationBackend.reports_sampled_logprobs`)."""
+    `sampled_logprobs` None (`GenerationBackend.reports_sampled_logprobs`).
+
+    `error`: set when the request got no answer although the server replied (a server that refused
+    this one prompt, such as HTTP 400 over the context length, or an answer with null content); the
+    text is then empty, the generation cache does not store it, and the pipeline counts it as a
+    failed answer (an empty answer, listed in the run's warnings)."""
 
     text: str
     token_logprobs: list[float] | None = None
@@ -147,6 +152,7 @@ class Generation:
     cached: bool = False
     candidate_logprobs: dict[str, float] | None = None
     sampled_logprobs: list[float] | None = None
+    error: str | None = None
 
 
 class GenerationBackend(ABC):

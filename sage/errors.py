@@ -13,3 +13,10 @@ class SageInputError(Exception):
 
 class ModelNotAvailableError(SageInputError):
     """A model id that is neither a local path, a bundled alias, nor in the local Hugging Face cache."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, after the work that finished was kept: the message says what was kept
+    and how to resume (the CLI prints it as one line and exits with status 130)."""
+
+    exit_code = 130

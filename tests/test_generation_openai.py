@@ -65,7 +65,8 @@ class FaultProxy:
     until the proxy closes: the client must time out). With `replay` on, an
     upstream answer is kept per request body and served again without asking upstream, so a test
     can give its client a short timeout without normal answers depending on the machine's speed.
-    `arrivals` holds each request's arrival time on the proxy's clock (time.monotonic).
+    `arrivals` holds each request's arrival time on the proxy's clock (time.monotonic). GET /v1/models
+    (the backend's cache identity) is forwarded without a fault and counted apart, in `model_lists`.
     """
 
     def __init__(self, upstream: str, replay: bool = False):
@@ -76,6 +77,7 @@ class FaultProxy:
         self.arrivals: list[float] = []
         self.strip_logprobs = False  # answer like a server that ignores logprobs requests
         self.requests = 0
+        self.model_lists = 0  # GET /v1/models (the cache identity's probe), apart from `requests`
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -89,6 +91,11 @@ class FaultProxy:
                 pass
 
             def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):  # the backend's identity probe: no fault, not counted
+                    with proxy.lock:
+                        proxy.model_lists += 1
+                    self._send(*self._forward(b""))
+                    return
                 self._handle()
 
             def do_POST(self):
@@ -204,6 +211,9 @@ def test_chat_and_completion_against_real_server(proxy):
     assert chat.token_logprobs and all(lp <= 0 for lp in chat.token_logprobs)
     again = b.generate([_chat("Is it wrong to lie to a friend?", logprobs=True)])[0]
     assert again.text == chat.text  # greedy is deterministic
+    # Issue 54, item 2: the cache identity holds the endpoint and llama.cpp's model card.
+    assert b.identity()["endpoints"] == [{"url": proxy.url, "served": {"id": "smollm2-135m", "owned_by": "me"}}]
+    assert proxy.model_lists == 1
 
 
 def test_retries_through_429_500_hang_and_dropped_connections(llama_server):

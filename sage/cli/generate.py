@@ -72,6 +72,15 @@ def _claim(common: dict, default_name: str, inputs: dict, *extra_outputs: str):
     return claim_run_dir(common["out_dir"], inputs=inputs, outputs=[common["output"] or default_name, *extra_outputs])
 
 
+def _report_failed(failed: list[dict], what: str) -> None:
+    """One line for the generations that failed on the server (empty texts in the table)."""
+    if failed:
+        shown = ", ".join(f"{f['question_id']}/{f['paraphrase_id']}/{f['sample']}" for f in failed[:10])
+        more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+        click.echo(f"{len(failed)} {what} failed on the server and are empty in the table "
+                   f"(question/paraphrase/sample {shown}{more}); first: {failed[0]['error']}")
+
+
 def _tokens(common: dict, field: str) -> dict:
     return {field: common["max_new_tokens"]} if common["max_new_tokens"] else {}
 
@@ -150,7 +159,9 @@ def answers_cmd(paraphrases_file, questions, model, samples, temperature, logpro
         cfg = _config(common, model=model, backend=common["backend"], prompt_format=common["prompt_format"],
                       samples=samples, temperature=temperature, record_logprobs=logprobs,
                       **_tokens(common, "answer_max_new_tokens"))
-        _write(generate_answers(table, cfg), common, "answers.csv")
+        answers = generate_answers(table, cfg)
+        _report_failed(answers.attrs.get("failed_answers", []), "answers")
+        _write(answers, common, "answers.csv")
 
 
 @command.command("rots", cls=RENAMED)
@@ -166,4 +177,6 @@ def rots_cmd(answers_file, model, **common):
         table = load_table(answers_file, "answers table")
         cfg = _config(common, rot_model=model, rot_backend=common["backend"],
                       **_tokens(common, "rot_max_new_tokens"))
-        _write(generate_rots(table, cfg), common, "rots.csv")
+        rots = generate_rots(table, cfg)
+        _report_failed(rots.attrs.get("failed_rots", []), "rules of thumb")
+        _write(rots, common, "rots.csv")

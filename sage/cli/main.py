@@ -1,7 +1,8 @@
 """`sage` console script: a click group whose subcommands live in sibling modules.
 
 Subcommand modules import only click at module level; heavy libraries load inside commands.
-Every `SageInputError` becomes one line on stderr and exit status 2, with no traceback.
+Every `SageInputError` becomes one line on stderr and exit status 2, with no traceback; Ctrl-C during
+generation (`sage.errors.Interrupted`) one `interrupted:` line saying what was kept, and status 130.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 
 import click
 
-from sage.errors import SageInputError
+from sage.errors import Interrupted, SageInputError
 from sage.version import __version__
 
 # command name -> module defining `command`; modules are imported only when needed.
@@ -43,6 +44,9 @@ class _SageGroup(click.Group):
         except SageInputError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
+        except Interrupted as exc:  # Ctrl-C after the finished work was kept: what was kept, how to resume
+            click.echo(f"interrupted: {exc}", err=True)
+            ctx.exit(exc.exit_code)
 
     def main(self, args=None, prog_name=None, **extra):
         """Click's own usage errors (a bad option value, a file option given a directory, an unknown

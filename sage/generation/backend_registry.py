@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from sage.api import GenerationRequest, SamplingParams
-from sage.errors import SageInputError
+from sage.errors import Interrupted, SageInputError
 from sage.registry import Registry
 
 BACKENDS: Registry[type] = Registry(
@@ -38,6 +38,16 @@ class PartialBatchError(BackendError):
 
     def __init__(self, message: str, done: dict):
         super().__init__(message)
+        self.done = done
+
+
+class BatchInterrupted(Interrupted):
+    """Ctrl-C part way through a batch: `done` maps request index -> Generation for the requests
+    that finished but were not yielded (those in flight when it was pressed), so the generation
+    cache keeps them before the run stops."""
+
+    def __init__(self, done: dict):
+        super().__init__("interrupted")
         self.done = done
 
 

@@ -7,7 +7,13 @@ decides the output: the backend name, the model name, and for backends that load
 fingerprint of the weight, config and tokenizer files (`sage.models.identity`), the dtype, the
 device type and the chat template. So the same alias under two backends, or a local model
 directory whose weights changed, never share entries. An OpenAI-compatible endpoint is identified
-by backend and model name only, not by its URL: several servers may serve one model.
+by its URLs and the model card each server reports (`sage.generation.openai_backend`), so the same
+model name ("default", a llama.cpp alias) on another server is never served this one's answers.
+A failed answer (`Generation.error`: a prompt the server refused, null content) is not stored.
+
+A cache file that SQLite says is not a database or is malformed (truncated, overwritten) is moved
+aside to `<name>.corrupt-<UTC time>` with a warning naming both files, and a new one is started;
+any other SQLite error (a locked file, a full disk) is raised unchanged and nothing is moved.
 
 Hits are served from SQLite; misses go to the wrapped backend in one call and each is stored as
 soon as the backend yields it (`generate_iter`), so a killed run loses at most the rows in flight
@@ -20,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -27,7 +34,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from sage.api import Generation, GenerationBackend, GenerationRequest, StreamingBackend
-from sage.generation.backend_registry import PartialBatchError
+from sage.errors import Interrupted
+from sage.generation.backend_registry import BatchInterrupted, PartialBatchError
 from sage.settings import cache_dir
 
 log = logging.getLogger(__name__)
@@ -71,6 +79,16 @@ def default_cache_path() -> Path:
     return cache_dir() / "generations.sqlite"
 
 
+def is_corrupt(exc: BaseException) -> bool:
+    """SQLite says the file is not a database, or is malformed (not: locked, read-only, full)."""
+    if not isinstance(exc, sqlite3.DatabaseError) or isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    return any(m in str(exc) for m in ("file is not a database", "malformed"))
+
+
 class GenerationCache:
     """A small SQLite key-value store of generations (WAL mode, safe across processes)."""
 
@@ -78,22 +96,79 @@ class GenerationCache:
         self.path = Path(path) if path is not None else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.moved_aside: Path | None = None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            if not is_corrupt(exc):
+                raise
+            self._start_over(exc)
+
+    def _open(self) -> None:
         self._conn = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(_SCHEMA)
-        known = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
-        for column in _ADDED_COLUMNS:
-            if column not in known:  # a cache written before this column existed
-                try:
-                    self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} TEXT")
-                except sqlite3.OperationalError:  # another process added it first
-                    pass
-        self._conn.commit()
+        try:
+            self._ino = os.stat(self.path).st_ino if self.path.exists() else None
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+            known = {row[1] for row in self._conn.execute(f"PRAGMA table_info({_TABLE})")}
+            for column in _ADDED_COLUMNS:
+                if column not in known:  # a cache written before this column existed
+                    try:
+                        self._conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} TEXT")
+                    except sqlite3.OperationalError:  # another process added it first
+                        pass
+            self._conn.commit()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _start_over(self, exc: sqlite3.DatabaseError) -> None:
+        """Move the corrupt file (and its -wal/-shm files) aside and open a new cache at the path.
+        A file another process already replaced with a new cache is left alone."""
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        try:
+            replaced = os.stat(self.path).st_ino != getattr(self, "_ino", None)
+        except FileNotFoundError:
+            replaced = True
+        if not replaced:
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+            n = 1
+            while aside.exists():
+                n += 1
+                aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            try:
+                os.replace(self.path, aside)
+                for suffix in ("-wal", "-shm"):
+                    side = self.path.with_name(self.path.name + suffix)
+                    if side.exists():
+                        os.replace(side, aside.with_name(aside.name + suffix))
+                self.moved_aside = aside
+                log.warning("generation cache %s is damaged (sqlite: %s); moved it to %s and started a new cache "
+                            "(answers it held are generated again)", self.path, exc, aside)
+            except FileNotFoundError:  # another process moved it first
+                pass
+        self._open()
+
+    def _run(self, work):
+        """`work()` under the lock; a corrupt file found part way is moved aside and the work redone
+        once on the new cache."""
+        with self._lock:
+            try:
+                return work()
+            except sqlite3.DatabaseError as exc:
+                if not is_corrupt(exc):
+                    raise
+                self._start_over(exc)
+                return work()
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
-        found: dict[str, Generation] = {}
-        with self._lock:
+        def work():
+            found: dict[str, Generation] = {}
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
@@ -111,7 +186,9 @@ class GenerationCache:
                         candidate_logprobs=json.loads(cands) if cands is not None else None,
                         sampled_logprobs=json.loads(slps) if slps is not None else None,
                     )
-        return found
+            return found
+
+        return self._run(work)
 
     def put_many(self, items: Sequence[tuple[str, dict, GenerationRequest, Generation]]) -> None:
         rows = [
@@ -127,16 +204,21 @@ class GenerationCache:
                 json.dumps(gen.sampled_logprobs) if gen.sampled_logprobs is not None else None,
             )
             for key, identity, req, gen in items
+            if gen.error is None  # a failed answer is not an answer: a later run asks again
         ]
-        with self._lock:
+        if not rows:
+            return
+
+        def work():
             self._conn.executemany(
                 f"INSERT OR REPLACE INTO {_TABLE} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
             self._conn.commit()
 
+        self._run(work)
+
     def __len__(self) -> int:
-        with self._lock:
-            return self._conn.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0]
+        return self._run(lambda: self._conn.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
@@ -154,6 +236,7 @@ class CachedBackend(StreamingBackend):
         self.parallelism = inner.parallelism
         self.reports_sampled_logprobs = getattr(inner, "reports_sampled_logprobs", False)
         self.calls = 0
+        self.kept = 0  # generations stored by this backend (failed answers are not)
 
     @property
     def model_id(self) -> str:
@@ -186,16 +269,23 @@ class CachedBackend(StreamingBackend):
         try:
             for j, gen in self.inner.generate_iter([r for _, r in todo]):
                 key, req = todo[j]
-                self.cache.put_many([(key, self._identity, req, gen)])
-                self.calls += 1
+                self._store({j: gen}, todo)
                 stored.add(j)
                 for i in where[key]:
                     yield i, dataclasses.replace(gen, cached=False)
         except PartialBatchError as exc:  # store what finished, so a rerun does not redo it
-            done = {j: g for j, g in exc.done.items() if j not in stored}
-            self.cache.put_many([(todo[j][0], self._identity, todo[j][1], g) for j, g in done.items()])
-            self.calls += len(done)
+            self._store({j: g for j, g in exc.done.items() if j not in stored}, todo)
             raise
+        except KeyboardInterrupt as exc:  # Ctrl-C: keep what arrived (in flight when it was pressed, too)
+            if isinstance(exc, BatchInterrupted):
+                self._store({j: g for j, g in exc.done.items() if j not in stored}, todo)
+            raise Interrupted(f"{self.kept} answers from {self.model_id} kept in the generation cache "
+                              f"{self.cache.path}; rerun the same command to resume") from None
+
+    def _store(self, done: dict[int, Generation], todo) -> None:
+        self.cache.put_many([(todo[j][0], self._identity, todo[j][1], g) for j, g in done.items()])
+        self.calls += len(done)
+        self.kept += sum(g.error is None for g in done.values())
 
     def close(self) -> None:
         self.inner.close()

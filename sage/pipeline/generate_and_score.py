@@ -31,8 +31,8 @@ def generate_and_score(pipeline: PipelineConfig, scoring: ScoreConfig | None = N
 
 def add_generation_report(summary: dict, responses) -> None:
     """Put the paraphrase stage's totals (questions short of K or with none), the questions file's
-    counts (repeated rows merged) and the number of model calls (requests that missed the generation
-    cache) into a run summary."""
+    counts (repeated rows merged), the number of model calls (requests that missed the generation
+    cache) and the failed answers (`failed_answers`, also one line in `warnings`) into a run summary."""
     if "model_calls" in responses.attrs:
         summary["model_calls"] = int(responses.attrs["model_calls"])
     report = responses.attrs.get("paraphrase_report")
@@ -40,3 +40,15 @@ def add_generation_report(summary: dict, responses) -> None:
         summary["paraphrases"] = {k: v for k, v in report.items() if k != "per_question"}
     if responses.attrs.get("questions_report") is not None:
         summary["questions_file"] = responses.attrs["questions_report"]
+    failed = responses.attrs.get("failed_answers") or []
+    if failed:  # the server refused a prompt or answered with no content: empty answers, counted
+        summary["failed_answers"] = {"n": len(failed), "items": failed}
+        shown = "; ".join(_failed_label(f) for f in failed[:5]) + (f"; and {len(failed) - 5} more" if len(failed) > 5 else "")
+        summary.setdefault("warnings", []).append(
+            f"{len(failed)} generation(s) failed on the server and count as empty answers (a question left with "
+            f"fewer than two answers is undefined): {shown}")
+
+
+def _failed_label(f: dict) -> str:
+    what = "RoT of " if f.get("stage") == "rot" else ""
+    return f"{what}question {f['question_id']} paraphrase {f['paraphrase_id']} sample {f['sample']} ({f['error']})"

@@ -38,6 +38,7 @@ from sage.pipeline.stages import (
     answer_items,
     clean_answer,
     clean_rot,
+    failed_items,
     rot_items,
     run_items,
 )
@@ -105,6 +106,7 @@ def generate_answers(paraphrases, cfg: PipelineConfig, backends: RunBackends | N
         df = _expand_samples(paraphrases, answers.samples)
         df["model"] = spec.alias
         df["answer"] = [store.records[it.key]["answer"] for it in items]
+        df.attrs["failed_answers"] = _log_failed(failed_items(items, store), "answers", spec.alias)
         if answers.record_logprobs:  # of the raw generated tokens (before cleaning), end-of-sequence excluded
             records = [store.records[it.key] for it in items]
             for extra in LOGPROB_COLUMNS:
@@ -131,6 +133,7 @@ def generate_rots(answers, cfg: PipelineConfig, backends: RunBackends | None = N
                   batch_size=cfg.backend.batch_size, desc="rules of thumb")
         out = answers.copy()
         out["rot"] = [store.records[it.key]["rot"] for it in items]
+        out.attrs["failed_rots"] = _log_failed(failed_items(items, store), "rules of thumb", spec.alias)
         return out
     finally:
         if own:
@@ -162,11 +165,14 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
             write_text(out_dir / "paraphrase_report.json", json.dumps(report, indent=2) + "\n")
         answers = generate_answers(paraphrases, cfg, backends)
         responses = generate_rots(answers, cfg, backends) if cfg.rots.enabled else answers
+        failed = answers.attrs.get("failed_answers", []) + [{**f, "stage": "rot"}
+                                                              for f in responses.attrs.get("failed_rots", [])]
         responses = responses[[c for c in RESPONSE_COLUMNS if c in responses.columns]
                               + [c for c in LOGPROB_COLUMNS if c in responses.columns]]
         if write:
             write_responses(responses, out_dir / cfg.output)
         responses.attrs["model_calls"] = backends.calls()  # requests that missed the cache
+        responses.attrs["failed_answers"] = failed  # empty texts: scoring skips them and counts undefined questions
         responses.attrs["paraphrase_report"] = report
         responses.attrs["questions_report"] = {
             "n_questions": int(questions_table["question_id"].nunique()),
@@ -178,6 +184,13 @@ def run_pipeline(config: PipelineConfig | None = None, *, questions_table=None, 
 
 
 # --------------------------------------------------------------------------- helpers
+def _log_failed(failed: list[dict], what: str, model: str) -> list[dict]:
+    if failed:
+        log.warning("%s: %d %s failed and count as empty (first: question %s: %s)", model, len(failed), what,
+                    failed[0]["question_id"], failed[0]["error"])
+    return failed
+
+
 def _require(df, columns: list[str], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:

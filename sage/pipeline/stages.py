@@ -2,6 +2,8 @@
 
 `run_items` sends the unfinished items of a stage to a (cached) backend and appends one record per
 item to a `RecordStore` as rows finish (a batch of records at a time); finished items are skipped.
+A failed generation (`Generation.error`) is recorded with its error and an empty text
+(`failed_items` lists them).
 """
 from __future__ import annotations
 
@@ -132,6 +134,7 @@ def run_items(
                     "finish_reason": g.finish_reason,
                     "model": backend.model_id,
                     **logprob_fields(output_field, g, params),
+                    **({"error": g.error} if g.error else {}),
                 })
                 if len(done) >= batch_size:
                     store.append(done)
@@ -143,6 +146,14 @@ def run_items(
                 bar.update(len(done))
     bar.close()
     return len(todo)
+
+
+def failed_items(items: Sequence[StageItem], store: RecordStore) -> list[dict]:
+    """The items whose generation failed (a prompt the server refused, null content): their
+    fields and the error, in item order. Their text is empty; they are counted, never retried by
+    a rerun on the same records (a new --out asks again)."""
+    return [{**it.fields, "error": store.records[it.key]["error"]} for it in items
+            if store.records[it.key].get("error")]
 
 
 def logprob_fields(output_field: str, gen, params: SamplingParams) -> dict:
