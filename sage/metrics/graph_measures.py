@@ -53,7 +53,7 @@ from typing import Sequence
 import numpy as np
 
 from sage.errors import SageInputError
-from sage.metrics.sge import distances_from_similarity
+from sage.metrics.sge import distances_from_similarity, require_finite
 
 KERNELS = ("heat", "matern")
 _VNE_CUTOFF = 1e-8  # eigenvalues at or below it contribute 0 (the official `vn_entropy`)
@@ -90,6 +90,7 @@ def affinity(sim: np.ndarray, texts: Sequence[str] | None = None) -> np.ndarray:
 
 def normalized_laplacian(w: np.ndarray) -> np.ndarray:
     """I - D^-1/2 W D^-1/2 with D_ii = sum_j W_ij (>= 1, since W_ii = 1)."""
+    w = require_finite(w, "affinity matrix")
     inv_sqrt = 1.0 / np.sqrt(w.sum(axis=1))
     return np.eye(w.shape[0]) - inv_sqrt[:, None] * w * inv_sqrt[None, :]
 
@@ -100,6 +101,7 @@ def eigv(w: np.ndarray) -> float:
 
 
 def degree(w: np.ndarray) -> float:
+    w = require_finite(w, "affinity matrix")
     n = w.shape[0]
     return float((n * n - w.sum()) / (n * n))
 
@@ -114,13 +116,13 @@ def num_sets(joined: np.ndarray) -> int:
     """Connected components of the graph joining i and j where `joined[i, j]` and `joined[j, i]`."""
     from scipy.sparse.csgraph import connected_components
 
-    j = np.asarray(joined, dtype=bool)
+    j = require_finite(joined, "joined matrix").astype(bool)
     return int(connected_components(j & j.T, directed=False)[0])
 
 
 def kernel_matrix(w: np.ndarray, options: GraphOptions = GraphOptions()) -> np.ndarray:
     """The heat or Matern kernel of the graph with adjacency 2 W (off the diagonal)."""
-    a = 2.0 * w
+    a = 2.0 * require_finite(w, "affinity matrix")
     np.fill_diagonal(a, 0.0)
     lap = np.diag(a.sum(axis=0)) - a
     lam, vec = np.linalg.eigh(lap)  # L_G is symmetric positive semi-definite
