@@ -38,10 +38,12 @@ it ranks measures by agreement with people).
   = 1, the official `matern_kernel` defaults), on the graph Laplacian L_G = D_G - A (degree minus
   adjacency: the sign of the paper and of LM-Polygraph 0.6+; LM-Polygraph 0.5 and earlier
   returned A - D from `laplacian_matrix`, fixed in its PR #413). The graph's weights A are the sum
-  of the two directions' similarities, as KLE's NLI graph adds the weights (1, 0.5, 0) of both
-  directions' labels (LM-Polygraph averaged the two directions before its commit 4c1123c):
-  A = 2 W off the diagonal. With `--nli-edge graded` (P(entail) + 0.5
-  P(neutral), mean of both directions) this is exactly LM-Polygraph's weighted graph. The value is
+  of the two directions' similarities, as KLE's NLI graph adds both directions' weights
+  (LM-Polygraph averaged the two directions before its commit 4c1123c): A = 2 W off the diagonal.
+  With `--nli-edge graded` (soft: P(entail) + 0.5 P(neutral), mean of both directions) this is
+  exactly LM-Polygraph's weighted graph; the official `get_entailment_graph` instead weights the
+  argmax label one-hot (entailment 1, neutral 0.5, contradiction 0), which sage does not offer.
+  `t` = 0.3 is LM-Polygraph's default; the official code uses 0.4 and the paper searches 0.1-0.7. The value is
   in nats and not divided by ln n (the paper's KLE; the official `vn_entropy` and LM-Polygraph
   divide by ln n by default). Eigenvalues <= 1e-8 count as 0, as in the official `vn_entropy`.
 """

@@ -17,8 +17,9 @@ Edge similarity (`nli_edge`):
   et al.'s `entail`/`agreement_w` affinity, at NLI softmax temperature 1);
 - `not-contradict`: S[i, j] = 1 - max(P(contradiction | i, j), P(contradiction | j, i)) (Lin et al.'s
   `disagreement_w` takes the mean of the two directions instead of the max);
-- `graded`: S[i, j] = mean over both directions of P(entail) + 0.5 P(neutral), the weights
-  (1, 0.5, 0) of Kernel Language Entropy's NLI graph, with probabilities as LM-Polygraph's KLE uses.
+- `graded`: S[i, j] = mean over both directions of P(entail) + 0.5 P(neutral): soft probabilities,
+  as LM-Polygraph's KLE uses (the official KLE `get_entailment_graph` weights the argmax label
+  one-hot, 1 / 0.5 / 0; not offered here).
 
 Labels for semantic entropy: the most probable of the three labels for premise i, hypothesis j
 (the argmax rule of every reference); i entails j when it is entailment. `agrees[i, j]`:
