@@ -42,7 +42,7 @@ it ranks measures by agreement with people).
   (LM-Polygraph averaged the two directions before its commit 4c1123c): A = 2 W off the diagonal.
   With `--nli-edge graded` (soft: P(entail) + 0.5 P(neutral), mean of both directions) this is
   exactly LM-Polygraph's weighted graph; the official `get_entailment_graph` instead weights the
-  argmax label one-hot (entailment 1, neutral 0.5, contradiction 0), which sage does not offer.
+  argmax label one-hot (entailment 1, neutral 0.5, contradiction 0): `--nli-edge kle-onehot`.
   `t` = 0.3 is LM-Polygraph's default; the official code uses 0.4 and the paper searches 0.1-0.7. The value is
   in nats and not divided by ln n (the paper's KLE; the official `vn_entropy` and LM-Polygraph
   divide by ln n by default). Eigenvalues <= 1e-8 count as 0, as in the official `vn_entropy`.
