@@ -64,6 +64,27 @@ def oriented_spearman(frame, cols: list[str]) -> list[str]:
     return spearman_table(frame.assign(**{c: oriented(c) * frame[c] for c in cols}), cols)
 
 
+def against_mean_similarity(frame, cols: list[str]) -> list[str]:
+    """Markdown rows: each measure's Spearman with the edges' mean similarity to 5 decimals and its
+    discordant question pairs (oriented, higher = consistent; ties in either count as neither)."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from sage.annotation.validity import oriented
+
+    ref = next(c for c in cols if c.startswith("meansim"))
+    rows = ["| measure | Spearman with meansim | discordant pairs | question pairs |", "|---|---:|---:|---:|"]
+    for c in cols:
+        if c == ref or c not in frame.columns or frame[c].nunique() < 2:
+            continue
+        ok = frame[c].notna() & frame[ref].notna()
+        x, y = (oriented(c) * frame.loc[ok, c]).to_numpy(float), frame.loc[ok, ref].to_numpy(float)
+        i, j = np.triu_indices(len(x), 1)
+        disc = int(((x[i] - x[j]) * (y[i] - y[j]) < 0).sum())
+        rows.append(f"| {c} | {spearmanr(x, y)[0]:.5f} | {disc} | {len(i)} |")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=Path, default=DATA / "q100_gpt_3.5_edges.csv",
@@ -131,6 +152,11 @@ def main(argv=None) -> int:
     for e in edges:
         lines += [f"### On {label[e]} edges", ""] + oriented_spearman(q, per_edge[e] + list(
             b + "_answer" for b in BASELINES)) + [""]
+    lines += ["## Against the mean similarity, unrounded", "",
+              "Spearman to 5 decimals and the number of discordant question pairs; a value of 1.00 above is "
+              "rounding unless the discordant pairs are 0.", ""]
+    for e in edges:
+        lines += [f"### On {label[e]} edges", ""] + against_mean_similarity(q, per_edge[e]) + [""]
     if len(edges) > 1:
         from scipy.stats import spearmanr
 

@@ -143,3 +143,17 @@ def test_label_indices_and_errors(tmp_path):
         build_similarity("nli", SimilarityOptions(nli_model="nobody/no-such-nli-model"))
     with pytest.raises(SageInputError, match="unknown NLI edge"):
         NLISimilarity(str(tmp_path), edge="both")
+
+
+def test_kle_onehot_edge_weights_the_argmax_label(tiny_models):
+    """Issue 58 item 3: the official KLE graph's weights, entailment 1, neutral 0.5, contradiction 0,
+    of the argmax label, averaged over both directions."""
+    path = str(tiny_models["mnli"])
+    rels = NLISimilarity(path).relations(GROUPS)
+    for s, rel in zip(NLISimilarity(path, edge="kle-onehot").matrices(GROUPS), rels):
+        p = np.stack([rel.values["p_entailment"], rel.values["p_neutral"], rel.values["p_contradiction"]], -1)
+        lab = p.argmax(-1)
+        w = np.where(lab == 0, 1.0, np.where(lab == 1, 0.5, 0.0))
+        off = ~np.eye(3, dtype=bool)
+        np.testing.assert_allclose(s[off], ((w + w.T) / 2)[off], atol=0)
+        assert set(np.unique(s[off])) <= {0.0, 0.25, 0.5, 0.75, 1.0}

@@ -131,9 +131,11 @@ def _pipeline_config(model: str, out: Path, options: dict):
 @click.option("--nli-model", default=None,
               help="NLI model for nli edges: a Hugging Face sequence-classification NLI model id (in the local "
                    "cache) or path, e.g. microsoft/deberta-large-mnli.")
-@click.option("--nli-edge", type=click.Choice(["entail", "not-contradict", "graded"]), default="entail",
-              show_default=True, help="nli edge similarity: mean bidirectional P(entailment), 1 - max "
-                                      "P(contradiction), or mean bidirectional P(entailment) + 0.5 P(neutral).")
+@click.option("--nli-edge", type=click.Choice(["entail", "not-contradict", "graded", "kle-onehot"]),
+              default="entail", show_default=True,
+              help="nli edge similarity: mean bidirectional P(entailment), 1 - max P(contradiction), mean "
+                   "bidirectional P(entailment) + 0.5 P(neutral) (graded, LM-Polygraph's KLE), or the mean of "
+                   "the argmax label's weight 1 / 0.5 / 0 (kle-onehot, the official KLE graph).")
 @click.option("--nli-question/--no-nli-question", default=True, show_default=True,
               help="NLI inputs '{question} {answer}' when the table has the question (as the references do).")
 @click.option("--nli-batch-size", type=click.IntRange(1), default=32, show_default=True)

@@ -55,6 +55,9 @@ class PairEdges:
     incomplete: dict[tuple[str | None, str], str] = field(default_factory=dict)  # -> why
     # node-table row -> {text column: ("line L", the pair file's column)} of its empty cells
     empty_cells: dict[int, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    # (model, question_id, column) -> "line L" of the first pair whose value there is NaN or infinite
+    non_finite: dict[tuple[str | None, str, str], str] = field(default_factory=dict)
+    source: str = ""
 
     def locate(self, row: int, column: str) -> tuple[str, str] | None:
         """Where node-table `row`'s empty `column` is in the pair file (None: not empty there)."""
@@ -68,10 +71,16 @@ class PairEdges:
 
     def similarity(self, column: str, model: str, qid: str, nodes) -> np.ndarray | None:
         """The n x n similarity matrix of `column` over `nodes` (node ids, in row order), with 1 on
-        the diagonal; None where the question's pairs are incomplete or a value is missing."""
+        the diagonal; None where the question's pairs are incomplete or a value is missing. A NaN or
+        infinite value in `column` is bad input (SageInputError naming its line), never a silently
+        dropped question."""
         key = self._key(model, qid)
         if key in self.incomplete:
             return None
+        where = self.non_finite.get((*key, column))
+        if where is not None:
+            raise SageInputError(f"{self.source}: {where}: column '{column}' of question {qid} is not a finite "
+                                 "number (NaN or infinite); give every pair a finite value or drop the question")
         pairs = self.values.get(key, {})
         n = len(nodes)
         mat = np.eye(n)
@@ -128,7 +137,7 @@ def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairE
         raise SageInputError(f"{source}: {lines[int(blank.to_numpy().nonzero()[0][0])]}: column 'question_id' is empty; "
                              "fill in the id of the pair's question")
     df = df.reset_index(drop=True)
-    edges = PairEdges(columns=numeric)
+    edges = PairEdges(columns=numeric, source=source)
     rows = []
     for key, g in df.groupby(["model", "question_id"] if has_model else ["question_id"], sort=False):
         model, qid = (str(key[0]), str(key[1])) if has_model else (None, str(key[0] if isinstance(key, tuple)
@@ -149,6 +158,9 @@ def nodes_from_pairs(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, PairE
             elif (a, b) in pairs:
                 problem = problem or f"{lines[pos]} repeats the pair of nodes {a} and {b}"
             pairs[(a, b)] = {c: float(getattr(r, c)) for c in numeric}
+            for c, v in pairs[(a, b)].items():
+                if not math.isfinite(v):
+                    edges.non_finite.setdefault((model, qid, c), lines[pos])
         n = len(nodes)
         if problem is None and len(pairs) != n * (n - 1) // 2:
             problem = f"{len(pairs)} pairs for {n} nodes, not the {n * (n - 1) // 2} of a complete graph"

@@ -38,10 +38,12 @@ it ranks measures by agreement with people).
   = 1, the official `matern_kernel` defaults), on the graph Laplacian L_G = D_G - A (degree minus
   adjacency: the sign of the paper and of LM-Polygraph 0.6+; LM-Polygraph 0.5 and earlier
   returned A - D from `laplacian_matrix`, fixed in its PR #413). The graph's weights A are the sum
-  of the two directions' similarities, as KLE's NLI graph adds the weights (1, 0.5, 0) of both
-  directions' labels (LM-Polygraph averaged the two directions before its commit 4c1123c):
-  A = 2 W off the diagonal. With `--nli-edge graded` (P(entail) + 0.5
-  P(neutral), mean of both directions) this is exactly LM-Polygraph's weighted graph. The value is
+  of the two directions' similarities, as KLE's NLI graph adds both directions' weights
+  (LM-Polygraph averaged the two directions before its commit 4c1123c): A = 2 W off the diagonal.
+  With `--nli-edge graded` (soft: P(entail) + 0.5 P(neutral), mean of both directions) this is
+  exactly LM-Polygraph's weighted graph; the official `get_entailment_graph` instead weights the
+  argmax label one-hot (entailment 1, neutral 0.5, contradiction 0): `--nli-edge kle-onehot`.
+  `t` = 0.3 is LM-Polygraph's default; the official code uses 0.4 and the paper searches 0.1-0.7. The value is
   in nats and not divided by ln n (the paper's KLE; the official `vn_entropy` and LM-Polygraph
   divide by ln n by default). Eigenvalues <= 1e-8 count as 0, as in the official `vn_entropy`.
 """
@@ -53,7 +55,7 @@ from typing import Sequence
 import numpy as np
 
 from sage.errors import SageInputError
-from sage.metrics.sge import distances_from_similarity
+from sage.metrics.sge import distances_from_similarity, require_finite
 
 KERNELS = ("heat", "matern")
 _VNE_CUTOFF = 1e-8  # eigenvalues at or below it contribute 0 (the official `vn_entropy`)
@@ -90,6 +92,7 @@ def affinity(sim: np.ndarray, texts: Sequence[str] | None = None) -> np.ndarray:
 
 def normalized_laplacian(w: np.ndarray) -> np.ndarray:
     """I - D^-1/2 W D^-1/2 with D_ii = sum_j W_ij (>= 1, since W_ii = 1)."""
+    w = require_finite(w, "affinity matrix")
     inv_sqrt = 1.0 / np.sqrt(w.sum(axis=1))
     return np.eye(w.shape[0]) - inv_sqrt[:, None] * w * inv_sqrt[None, :]
 
@@ -100,6 +103,7 @@ def eigv(w: np.ndarray) -> float:
 
 
 def degree(w: np.ndarray) -> float:
+    w = require_finite(w, "affinity matrix")
     n = w.shape[0]
     return float((n * n - w.sum()) / (n * n))
 
@@ -114,13 +118,13 @@ def num_sets(joined: np.ndarray) -> int:
     """Connected components of the graph joining i and j where `joined[i, j]` and `joined[j, i]`."""
     from scipy.sparse.csgraph import connected_components
 
-    j = np.asarray(joined, dtype=bool)
+    j = require_finite(joined, "joined matrix").astype(bool)
     return int(connected_components(j & j.T, directed=False)[0])
 
 
 def kernel_matrix(w: np.ndarray, options: GraphOptions = GraphOptions()) -> np.ndarray:
     """The heat or Matern kernel of the graph with adjacency 2 W (off the diagonal)."""
-    a = 2.0 * w
+    a = 2.0 * require_finite(w, "affinity matrix")
     np.fill_diagonal(a, 0.0)
     lap = np.diag(a.sum(axis=0)) - a
     lam, vec = np.linalg.eigh(lap)  # L_G is symmetric positive semi-definite

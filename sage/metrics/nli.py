@@ -17,8 +17,11 @@ Edge similarity (`nli_edge`):
   et al.'s `entail`/`agreement_w` affinity, at NLI softmax temperature 1);
 - `not-contradict`: S[i, j] = 1 - max(P(contradiction | i, j), P(contradiction | j, i)) (Lin et al.'s
   `disagreement_w` takes the mean of the two directions instead of the max);
-- `graded`: S[i, j] = mean over both directions of P(entail) + 0.5 P(neutral), the weights
-  (1, 0.5, 0) of Kernel Language Entropy's NLI graph, with probabilities as LM-Polygraph's KLE uses.
+- `graded`: S[i, j] = mean over both directions of P(entail) + 0.5 P(neutral): soft probabilities,
+  as LM-Polygraph's KLE uses (the official KLE `get_entailment_graph` weights the argmax label
+  one-hot, which is `kle-onehot`);
+- `kle-onehot`: S[i, j] = mean over both directions of the argmax label's weight, entailment 1,
+  neutral 0.5, contradiction 0: the official KLE `get_entailment_graph`'s weights.
 
 Labels for semantic entropy: the most probable of the three labels for premise i, hypothesis j
 (the argmax rule of every reference); i entails j when it is entailment. `agrees[i, j]`:
@@ -40,7 +43,7 @@ from sage.models.resolve import resolve_model_path
 
 log = logging.getLogger(__name__)
 
-EDGES = ("entail", "not-contradict", "graded")
+EDGES = ("entail", "not-contradict", "graded", "kle-onehot")
 LABELS = ("entailment", "neutral", "contradiction")
 
 
@@ -164,6 +167,9 @@ class NLISimilarity(PairwiseSimilarity):
                 s = (d[..., 0] + d[..., 0].T) / 2
             elif self.edge == "graded":
                 w = d[..., 0] + 0.5 * d[..., 1]
+                s = (w + w.T) / 2
+            elif self.edge == "kle-onehot":
+                w = np.array([1.0, 0.5, 0.0])[np.argmax(d, axis=-1)]
                 s = (w + w.T) / 2
             else:
                 s = 1.0 - np.maximum(d[..., 2], d[..., 2].T)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -78,6 +78,12 @@ def edge_column(edge: str, primary: str, col: str, part: str) -> str:
     return f"{part}_{col}" if edge == primary else f"{part}_{edge.removeprefix(COLUMN_EDGE)}_{col}"
 
 
+def _override_texts(edge: str, view) -> Sequence[str] | None:
+    """The texts whose identical pairs get distance 0: only for computed edges. A pair file's
+    column keeps the user's own values (issue 58 item 4)."""
+    return None if edge.startswith(COLUMN_EDGE) else view.texts
+
+
 COLUMN_EDGE = "column:"  # --sge-edges column:NAME: similarities read from a pair-layout file's column
 _COLUMN_TARGETS = {"_model_output": "answer", "_answer": "answer", "_rot": "rot"}
 
@@ -107,7 +113,7 @@ class SGEMetric(QuestionMetric):
         out = {}
         primary = config.sge_edges[0]
         for edge in config.sge_edges:
-            res = (sge_from_distances(distances_from_similarity(view.sims[edge], view.texts))
+            res = (sge_from_distances(distances_from_similarity(view.sims[edge], _override_texts(edge, view)))
                    if view.defined(edge) else UNDEFINED)
             for part, value in (("sge", res.sge), ("D", res.D), ("H", res.H), ("meansim", res.mean_similarity)):
                 out[edge_column(edge, primary, view.col, part)] = value
@@ -135,7 +141,7 @@ class GraphMeasure(QuestionMetric):
     def columns(self, config, view):
         primary = config.sge_edges[0]
         return {edge_column(edge, primary, view.col, self.name):
-                self.value(config, gm.affinity(view.sims[edge], view.texts), view, edge)
+                self.value(config, gm.affinity(view.sims[edge], _override_texts(edge, view)), view, edge)
                 if view.defined(edge) else float("nan") for edge in config.sge_edges}
 
     def headline(self, cfg, col):

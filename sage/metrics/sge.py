@@ -35,9 +35,24 @@ class SGEResult:
 UNDEFINED = SGEResult(sge=float("nan"), D=float("nan"), H=float("nan"), mean_similarity=float("nan"), n=1)
 
 
+def require_finite(matrix: np.ndarray, what: str) -> np.ndarray:
+    """`matrix` as float64; ValueError naming the first NaN or infinite entry (a NaN would otherwise
+    pass silently into SGE or become numpy's LinAlgError in an eigen-decomposition)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    bad = np.argwhere(~np.isfinite(m))
+    if bad.size:
+        raise ValueError(f"{what} has a non-finite entry {m[tuple(bad[0])]} at {tuple(int(i) for i in bad[0])}; "
+                         f"every pair value must be a finite number")
+    return m
+
+
 def sge_from_distances(dist: np.ndarray) -> SGEResult:
-    """SGE of the complete graph whose edge weights are the n x n distance matrix `dist`."""
-    dist = np.asarray(dist, dtype=np.float64)
+    """SGE of the complete graph whose edge weights are the n x n distance matrix `dist`.
+
+    Range: for distances in [0, 1], SGE lies in [1 - ln n, 1]; all-unrelated answers (d = 1 off the
+    diagonal) give 1 - ln n (-0.609 for n = 5), identical answers give 1.
+    """
+    dist = require_finite(dist, "distance matrix")
     if dist.ndim != 2 or dist.shape[0] != dist.shape[1]:
         raise ValueError(f"distance matrix must be square, got shape {dist.shape}")
     n = dist.shape[0]
@@ -63,7 +78,7 @@ def distances_from_similarity(sim: np.ndarray, texts: Sequence[str] | None = Non
     With `texts`, identical texts get distance 0 whatever the similarity says (BLEU of two
     identical three-word answers is below 1 because they have no 4-grams).
     """
-    sim = np.asarray(sim, dtype=np.float64)
+    sim = require_finite(sim, "similarity matrix")
     sym = (sim + sim.T) / 2.0
     d = 1.0 - sym
     if texts is not None:
