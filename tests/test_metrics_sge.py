@@ -129,6 +129,19 @@ def test_node_order_invariance(d, rnd):
 def test_cosine_bounds(emb):
     n = len(emb)
     r = sge_from_distances(cosine_distances(emb))
-    assert 0.0 <= r.D <= 2.0 + 1e-12
+    # |sum of unit vectors|^2 >= 0 bounds the mean pairwise cosine below by -1/(n-1): D <= n/(n-1)
+    assert 0.0 <= r.D <= n / (n - 1) + 1e-9
     assert 0.0 <= r.H <= math.log(n) + 1e-12
-    assert 1.0 - 2.0 * math.log(n) - 1e-9 <= r.sge <= 1.0 + 1e-12
+    assert 1.0 - n * math.log(n) / (n - 1) - 1e-9 <= r.sge <= 1.0 + 1e-12
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_a_regular_simplex_reaches_the_cosine_lower_bound(n):
+    # the centred standard basis: every pair at cosine -1/(n-1), every node the same total distance
+    emb = np.eye(n) - 1.0 / n
+    r = sge_from_distances(cosine_distances(emb))
+    assert r.D == pytest.approx(n / (n - 1), abs=1e-12)
+    assert r.H == pytest.approx(math.log(n), abs=1e-12)
+    assert r.sge == pytest.approx(1.0 - n * math.log(n) / (n - 1), abs=1e-12)
+    if n == 5:
+        assert round(r.sge, 3) == -1.012

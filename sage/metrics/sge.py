@@ -50,7 +50,8 @@ def sge_from_distances(dist: np.ndarray) -> SGEResult:
     """SGE of the complete graph whose edge weights are the n x n distance matrix `dist`.
 
     Range: for distances in [0, 1], SGE lies in [1 - ln n, 1]; all-unrelated answers (d = 1 off the
-    diagonal) give 1 - ln n (-0.609 for n = 5), identical answers give 1.
+    diagonal) give 1 - ln n (-0.609 for n = 5), identical answers give 1. Cosine distances of n unit
+    vectors average at most n/(n-1), so over them SGE >= 1 - n ln n / (n-1) (a regular simplex).
     """
     dist = require_finite(dist, "distance matrix")
     if dist.ndim != 2 or dist.shape[0] != dist.shape[1]:
