@@ -2,8 +2,6 @@
 
 Heavy submodules are imported lazily so that `import sage` stays cheap.
 """
-from __future__ import annotations
-
 from sage.version import __version__
 
 __all__ = ["score", "score_responses", "read_responses", "write_responses", "sge_from_distances", "run_pipeline",
@@ -29,3 +27,8 @@ def __getattr__(name: str):
 
         return sge_from_distances
     raise AttributeError(f"module 'sage' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy exports are attributes too (PEP 562): list them beside what is already loaded.
+    return sorted(set(globals()) | set(__all__))
