@@ -3,6 +3,8 @@ same model run through `transformers`' text-classification pipeline; the label o
 `id2label` (checked with two orders on the same weights)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 from fixtures_nli import LABEL_ORDERS, make_tiny_nli
@@ -162,7 +164,7 @@ def test_kle_onehot_edge_weights_the_argmax_label(tiny_models):
 class _FixedNLI:
     """A stand-in NLIClassifier: fixed (P(entailment), P(neutral), P(contradiction)) per ordered pair."""
 
-    TABLE = {("A", "B"): (0.70, 0.20, 0.10),  # entailment -> 1
+    TABLE: ClassVar[dict] = {("A", "B"): (0.70, 0.20, 0.10),  # entailment -> 1
              ("B", "A"): (0.30, 0.60, 0.10),  # neutral -> 0.5
              ("A", "C"): (0.10, 0.20, 0.70),  # contradiction -> 0
              ("C", "A"): (0.40, 0.45, 0.15),  # neutral (by 0.05) -> 0.5
@@ -184,7 +186,7 @@ def test_kle_onehot_edge_hand_computed(monkeypatch):
     entailment) + 0.5 int(l1 == neutral) + 0.5 int(l2 == neutral) over the argmax labels l1, l2 of
     its two directions; sage's W is half that sum (KLE adds A = 2W back), 1 on the diagonal:
     AB = (1 + 0.5) / 2, AC = (0 + 0.5) / 2, BC = (0 + 1) / 2. The soft `graded` edge differs."""
-    import sage.metrics.nli as nli
+    from sage.metrics import nli
 
     monkeypatch.setattr(nli, "NLIClassifier", _FixedNLI)
     group = [["A", "B", "C"]]
