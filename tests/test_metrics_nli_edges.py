@@ -3,6 +3,8 @@ same model run through `transformers`' text-classification pipeline; the label o
 `id2label` (checked with two orders on the same weights)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 from fixtures_nli import LABEL_ORDERS, make_tiny_nli
@@ -157,3 +159,60 @@ def test_kle_onehot_edge_weights_the_argmax_label(tiny_models):
         off = ~np.eye(3, dtype=bool)
         np.testing.assert_allclose(s[off], ((w + w.T) / 2)[off], atol=0)
         assert set(np.unique(s[off])) <= {0.0, 0.25, 0.5, 0.75, 1.0}
+
+
+class _FixedNLI:
+    """A stand-in NLIClassifier: fixed (P(entailment), P(neutral), P(contradiction)) per ordered pair."""
+
+    TABLE: ClassVar[dict] = {("A", "B"): (0.70, 0.20, 0.10),  # entailment -> 1
+             ("B", "A"): (0.30, 0.60, 0.10),  # neutral -> 0.5
+             ("A", "C"): (0.10, 0.20, 0.70),  # contradiction -> 0
+             ("C", "A"): (0.40, 0.45, 0.15),  # neutral (by 0.05) -> 0.5
+             ("B", "C"): (0.20, 0.30, 0.50),  # contradiction -> 0
+             ("C", "B"): (0.45, 0.10, 0.45 - 1e-9)}  # entailment (by 1e-9) -> 1
+
+    def __init__(self, model, device=None, batch_size=32, max_length=512):
+        from sage.metrics.forward_clock import ForwardClock
+
+        self.path, self.labels, self.max_length, self.clock = model, {}, max_length, ForwardClock()
+
+    def probabilities(self, pairs):
+        return np.array([self.TABLE[p] for p in pairs])
+
+
+def test_kle_onehot_edge_hand_computed(monkeypatch):
+    """Issue 58: `--nli-edge kle-onehot` on a hand-worked 3-answer graph. The official KLE
+    `get_entailment_graph` (manual weights) gives each pair int(l1 == entailment) + int(l2 ==
+    entailment) + 0.5 int(l1 == neutral) + 0.5 int(l2 == neutral) over the argmax labels l1, l2 of
+    its two directions; sage's W is half that sum (KLE adds A = 2W back), 1 on the diagonal:
+    AB = (1 + 0.5) / 2, AC = (0 + 0.5) / 2, BC = (0 + 1) / 2. The soft `graded` edge differs."""
+    from sage.metrics import nli
+
+    monkeypatch.setattr(nli, "NLIClassifier", _FixedNLI)
+    group = [["A", "B", "C"]]
+    expected = np.array([[1.0, 0.75, 0.25],
+                         [0.75, 1.0, 0.5],
+                         [0.25, 0.5, 1.0]])
+    (s,) = NLISimilarity("fixed", edge="kle-onehot", question=False).matrices(group)
+    np.testing.assert_array_equal(s, expected)
+    official_sum = {(0, 1): 1 + 0.5, (0, 2): 0 + 0.5, (1, 2): 0 + 1}  # get_entailment_graph's edge weights
+    for (i, j), w in official_sum.items():
+        assert 2 * s[i, j] == w
+    # KLE on it equals the official pipeline on get_entailment_graph's graph: networkx Laplacian,
+    # heat kernel expm(-t L), K_ij / sqrt(K_ii K_jj) / n, von Neumann entropy (vn_entropy, scale=False).
+    import networkx as nx
+    from scipy.linalg import expm
+
+    from sage.metrics import graph_measures as gm
+
+    graph = nx.Graph()
+    graph.add_nodes_from(range(3))
+    graph.add_weighted_edges_from((i, j, w) for (i, j), w in official_sum.items())
+    k = expm(-0.3 * nx.laplacian_matrix(graph).toarray())
+    k = k / np.sqrt(np.outer(np.diag(k), np.diag(k))) / 3
+    mu = np.linalg.eigvalsh(k)
+    assert gm.kle(gm.affinity(s)) == pytest.approx(-sum(m * np.log(m) for m in mu if m > 1e-8), abs=1e-12)
+    # graded (LM-Polygraph): mean over directions of P(entail) + 0.5 P(neutral): AB = (0.8 + 0.6) / 2
+    (g,) = NLISimilarity("fixed", edge="graded", question=False).matrices(group)
+    assert g[0, 1] == pytest.approx(0.7) and g[0, 2] == pytest.approx((0.2 + 0.625) / 2)
+    assert g[1, 2] == pytest.approx((0.35 + 0.5) / 2)
