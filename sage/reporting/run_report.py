@@ -8,7 +8,6 @@ absent), per-question SGE histograms, the most and least consistent questions wi
 from __future__ import annotations
 
 import html
-import json
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +20,7 @@ from sage.errors import SageInputError
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.outputs import write_text
 from sage.reporting import figures
+from sage.reporting.inputs import check_question_counts, read_correlation, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,8 @@ def load_run(run_dir: Path, correlation: Path | None = None) -> dict[str, Any]:
     questions = read_question_scores(qpath)
     summary = None
     if (run_dir / "summary.json").is_file():
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SageInputError(f"{run_dir / 'summary.json'}: unreadable JSON ({exc}); re-run 'sage score'") from None
+        summary = read_summary(run_dir / "summary.json")
+        check_question_counts(summary, questions, qpath, run_dir / "summary.json")
     responses = None
     if (run_dir / "responses.csv").is_file():
         from sage.data.responses import read_responses
@@ -78,12 +76,7 @@ def load_run(run_dir: Path, correlation: Path | None = None) -> dict[str, Any]:
     corr_path = Path(correlation) if correlation else run_dir / "correlation" / "correlation.json"
     corr = None
     if corr_path.is_file():
-        try:
-            corr = json.loads(corr_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SageInputError(f"{corr_path}: unreadable JSON ({exc}); re-run 'sage correlate'") from None
-        if "correlations" not in corr:
-            raise SageInputError(f"{corr_path}: no 'correlations' key; pass the correlation.json of 'sage correlate'")
+        corr = read_correlation(corr_path)
     elif correlation:
         raise SageInputError(f"{corr_path}: file not found")
     return {"run_dir": run_dir, "questions": questions, "summary": summary, "responses": responses,
