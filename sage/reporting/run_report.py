@@ -246,24 +246,43 @@ def render_html(ctx, figs) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _md_table(head, rows) -> list[str]:
-    esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in r] for r in [head] + rows]
+_MD_SPECIAL = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]", "|": "\\|", "`": "\\`"})
+
+
+def _md(text: Any) -> str:
+    """A text from the data, inert in report.md: HTML escaped (`&`, `<`, `>`: no raw tags, no
+    autolinks), Markdown link/image brackets, code spans and pipes backslash-escaped, and every run
+    of whitespace (newlines, tabs, carriage returns) one space, so it stays on its line or cell."""
+    return html.escape(" ".join(str(text).split()), quote=False).translate(_MD_SPECIAL)
+
+
+def _md_table(head, rows, num_from: int = 1) -> list[str]:
+    """Head cells and the first `num_from` cells of each row come from the data (`_md`); the
+    others are numbers formatted here (only HTML-escaped and pipes escaped, to be safe)."""
+    def num(c: Any) -> str:
+        return html.escape(" ".join(str(c).split()), quote=False).replace("|", "\\|")
+
+    esc = [[_md(c) for c in head]] + [[_md(c) if i < num_from else num(c) for i, c in enumerate(r)] for r in rows]
     return ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in esc[1:]]
 
 
 def render_markdown(ctx) -> str:
-    lines = [f"# SaGE consistency report: {Path(ctx['run_dir']).name}", "", _provenance_line(ctx), "",
+    """report.md: every text taken from the data (names, ids, questions, answers, provenance) goes
+    through `_md`, so `<script>`, `<img onerror>` or a `[link](javascript:...)` in an answer is shown
+    as text by any Markdown renderer, including those that pass raw HTML through."""
+    rank_by = _md(ctx["rank_by"])
+    lines = [f"# SaGE consistency report: {_md(Path(ctx['run_dir']).name)}", "", _md(_provenance_line(ctx)), "",
              "Figures are embedded in report.html.", "", "## Per-model summary", ""]
     lines += _md_table(*_summary_rows(ctx))
     for side, title in (("most", "Most consistent questions"), ("least", "Least consistent questions")):
-        lines += ["", f"## {title} (by {ctx['rank_by']})", ""]
+        lines += ["", f"## {title} (by {rank_by})", ""]
         if ctx["unranked"]:
-            lines += [f"{ctx['unranked']} questions with an undefined {ctx['rank_by']} are not ranked.", ""]
+            lines += [f"{ctx['unranked']} questions with an undefined {rank_by} are not ranked.", ""]
         for model, sides in ctx["extremes"].items():
-            lines += [f"### {model}", ""]
+            lines += [f"### {_md(model)}", ""]
             for it in sides[side]:
-                lines.append(f"- **{it['question_id']}** ({_fmt(it['value'])}) {it['question']}")
-                lines += [f"  {i + 1}. {' '.join(a.split())}" for i, a in enumerate(it["answers"])]
+                lines.append(f"- **{_md(it['question_id'])}** ({_fmt(it['value'])}) {_md(it['question'])}")
+                lines += [f"  {i + 1}. {_md(a)}" for i, a in enumerate(it["answers"])]
     lines += ["", "## Metric-human correlation", ""]
     if ctx["correlation"]:
         lines += _md_table(*_corr_rows(ctx["correlation"]))
