@@ -175,6 +175,20 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         raise SageInputError(f"{path}: the file has no columns; {empty_hint}") from None
 
 
+def _has_carriage_return(df) -> bool:
+    if any("\r" in str(c) for c in df.columns):
+        return True
+    return any(df[c].map(lambda v: isinstance(v, str) and "\r" in v).any()
+               for c in df.columns if df[c].dtype == object or str(df[c].dtype).startswith("str"))
+
+
+def write_csv(df, tmp: str | Path) -> None:
+    """`df.to_csv` without the index. pandas leaves a cell with a lone carriage return unquoted,
+    which a reader then takes for the end of the row; a table holding one has every cell quoted."""
+    quoting = csv.QUOTE_ALL if _has_carriage_return(df) else csv.QUOTE_MINIMAL
+    df.to_csv(tmp, index=False, quoting=quoting)
+
+
 def write_table(df, path: str | Path) -> Path:
     """Write a DataFrame as .csv, .jsonl or .parquet (by suffix), atomically (`sage.outputs.write_whole`)."""
     path = Path(path)
@@ -182,7 +196,7 @@ def write_table(df, path: str | Path) -> Path:
     if suffix not in (".csv", ".jsonl", ".json", ".parquet"):
         raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
     if suffix == ".csv":
-        return write_whole(path, lambda tmp: df.to_csv(tmp, index=False))
+        return write_whole(path, lambda tmp: write_csv(df, tmp))
     if suffix == ".parquet":
         return write_whole(path, lambda tmp: df.to_parquet(tmp, index=False))
     return write_whole(path, lambda tmp: df.to_json(tmp, orient="records", lines=True, force_ascii=False))
