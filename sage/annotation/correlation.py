@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from sage.annotation.labels import label_value
+from sage.data.files import read_table
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,6 @@ def read_question_scores(path):
     field or mid-row, or a text in a metric column (`DEFAULT_METRIC_PATTERNS`, `n`) is one line
     naming the file, row and column."""
     import pandas as pd
-
-    from sage.data.files import read_table
 
     q = read_table(path, as_strings=True, empty_hint=_RESCORE, complete_rows=_RESCORE)
     for col in ("model", "question_id"):
