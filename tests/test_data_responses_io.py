@@ -31,6 +31,14 @@ def test_round_trip(tmp_path, suffix):
     pd.testing.assert_frame_equal(back[df.columns].reset_index(drop=True), df, check_dtype=False)
 
 
+def test_a_lone_carriage_return_in_a_text_survives_a_csv_round_trip(tmp_path):
+    df = _table()
+    df.loc[1, "answer"] = "\rstarts with a carriage return"
+    df.loc[2, "answer"] = "one\rtwo\r\nthree"
+    back = read_responses(write_responses(df, tmp_path / "t.csv"))
+    assert len(back) == 4 and back["answer"].tolist() == df["answer"].tolist()
+
+
 def test_minimal_table_without_paraphrase_columns(tmp_path):
     p = tmp_path / "samples.csv"
     p.write_text("question,answer\nIs it ok?,yes\nIs it ok?,no\n")

@@ -139,3 +139,38 @@ def test_undefined_values_are_counted_not_hidden(tmp_path):
     md = build_report(run, n_boot=50)["markdown"].read_text()
     assert "2 questions with an undefined sge_answer are not ranked." in md
     assert "**q0**" not in md.split("## Least consistent")[1].split("### model-b")[0]
+
+
+PAYLOADS = ("<script>alert(1)</script>", "<svg onload=alert(1)>", "<img src=x onerror=alert(1)>")
+
+
+def test_report_md_carries_no_active_html_from_the_data(tmp_path):
+    """Issue 54, item 14: answers, questions and model names with HTML are shown as text in report.md,
+    also by a Markdown renderer that passes raw HTML through; table cells and list lines stay whole."""
+    from markdown_it import MarkdownIt
+
+    run = make_run(tmp_path, with_correlation=False)
+    bad_model = "evil<img src=x onerror=alert(2)>|m"
+    for name in ("responses.csv", "questions.csv"):
+        t = pd.read_csv(run / name, dtype=str)
+        t["model"] = t["model"].replace({"model-b": bad_model})
+        if name == "responses.csv":
+            t["answer"] = [f"{PAYLOADS[i % 3]} answer {i}\n| x [a](javascript:alert(3))" for i in range(len(t))]
+            t["question"] = "Is it fine? <svg onload=alert(4)>"
+        t.to_csv(run / name, index=False)
+    proc = subprocess.run([sys.executable, "-m", "sage", "report", str(run), "--n-boot", "50"], capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    md = (run / "report.md").read_text()
+    for raw in (*PAYLOADS, "<svg onload=alert(4)>", "<img src=x onerror=alert(2)>", "[a](javascript:"):
+        assert raw not in md
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; answer" in md and "&lt;svg onload=alert(1)&gt;" in md
+    assert "&lt;img src=x onerror=alert(1)&gt;" in md and "\\[a\\](javascript:alert(3))" in md
+    assert "| metric | model-a | evil&lt;img src=x onerror=alert(2)&gt;\\|m |" in md  # one cell, pipe escaped
+    rendered = MarkdownIt("default", {"html": True}).render(md)  # raw HTML allowed, GFM tables
+    for tag in ("<script", "<svg", "<img", "<a "):
+        assert tag not in rendered
+    assert "<th>evil&lt;img src=x onerror=alert(2)&gt;|m</th>" in rendered  # the model name is one cell
+    assert rendered.count("<li>") == md.count("\n  ") + md.count("\n- ")  # each answer one list item
+    html_page = (run / "report.html").read_text()
+    assert "<script>alert(1)" not in html_page and "<svg onload" not in html_page

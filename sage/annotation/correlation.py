@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from sage.annotation.labels import label_value
+from sage.data.files import read_table
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -143,13 +144,19 @@ def _ci(values: np.ndarray) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- correlation
+_RESCORE = "re-run 'sage score' to write it again"
+_NAN_SPELLINGS = {"nan", "na", "n/a", "null", "none"}
+
+
 def read_question_scores(path):
-    """questions.csv of a run: ids as strings, metric columns numeric (blank cells = undefined = NaN)."""
+    """questions.csv of a run: ids as strings, metric columns numeric (blank cells = undefined = NaN).
+
+    The file must be whole: a row cut short or with extra fields, a file ending inside a quoted
+    field or mid-row, or a text in a metric column (`DEFAULT_METRIC_PATTERNS`, `n`) is one line
+    naming the file, row and column."""
     import pandas as pd
 
-    from sage.annotation.importer import read_label_table
-
-    q = read_label_table(path)
+    q = read_table(path, as_strings=True, empty_hint=_RESCORE, complete_rows=_RESCORE)
     for col in ("model", "question_id"):
         if col not in q.columns:
             raise SageInputError(f"{path}: missing column {col!r}; pass the questions.csv written by 'sage score'")
@@ -157,6 +164,15 @@ def read_question_scores(path):
         if col in ("model", "question_id", "question"):
             continue
         converted = pd.to_numeric(q[col], errors="coerce")
+        if col == "n" or any(fnmatch.fnmatchcase(col, p) for p in DEFAULT_METRIC_PATTERNS):
+            text = q[col].astype(str).str.strip()
+            bad = converted.isna() & text.ne("") & ~text.str.lower().isin(_NAN_SPELLINGS)
+            if bad.any():
+                i = int(bad.to_numpy().nonzero()[0][0])
+                raise SageInputError(f"{path}: row {i + 2} column {col!r}: {q[col].iloc[i]!r} is not a number; "
+                                     f"fix the cell (blank = undefined) or {_RESCORE}")
+            q[col] = converted
+            continue
         if converted.notna().sum() >= (q[col].astype(str).str.strip() != "").sum():
             q[col] = converted
     q["model"] = q["model"].astype(str)

@@ -1,5 +1,10 @@
 """Write pairs for annotation: CSV (spreadsheets, crowd-sourcing), JSONL, Label Studio tasks + configs.
 
+In pairs.csv, the file annotators open in a spreadsheet, a cell that a spreadsheet would run as a
+formula (`=`, `+`, `-`, `@`, tab, carriage return first) is written with a `'` in front
+(`sage.annotation.cells`); the importer gives back the original texts. JSONL and Label Studio JSON
+carry the texts unchanged.
+
 Label Studio tasks carry every pair field under `data` (`pair_id`, `content_hash`, texts, ids),
 so a Label Studio export can be read back without the original files. With predictions, each task
 gets one `predictions` entry in Label Studio's pre-annotation format.
@@ -12,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from sage.annotation.cells import needs_neutralising, neutralise
 from sage.annotation.labels import SCHEMES, check_scheme
 from sage.data.files import write_table
 from sage.errors import SageInputError
@@ -116,11 +122,14 @@ def write_exports(
     out_dir.mkdir(parents=True, exist_ok=True)
     pairs = pair_set.pairs
     written: dict[str, str] = {}
-    if "csv" in formats:
-        table = pairs.copy()
+    if "csv" in formats:  # for spreadsheets: formula-like cells neutralised (`sage.annotation.cells`)
+        table = pairs.map(neutralise)
         for name in annotators:
             if name in table.columns:
                 raise SageInputError(f"annotator name {name!r} clashes with a pair column; choose another")
+            if needs_neutralising(name):
+                raise SageInputError(f"annotator name {name!r} begins with {name[0]!r}, which spreadsheets read as "
+                                     f"a formula; choose a name that begins with a letter or digit")
             table[name] = ""
         path = out_dir / "pairs.csv"
         write_table(table, path)

@@ -4,10 +4,13 @@ annotator, long CSV/JSONL (pair_id, annotator, label) and our pairs JSONL with a
 Everything is reduced to one long table `pair_id, annotator, label, where` plus counts. Blank cells
 (`NA`, `-`, empty) and cancelled Label Studio annotations are skips (counted per annotator). Rows are
 tied to pairs by pair id (checked against the export's ids and content hashes) or, without one, by
-their texts (see `sage.annotation.matching`). A row that matches no pair stops the import with one
-line naming file, row and column, or with `ignore_unknown` is skipped and counted with its question
-id. Unreadable labels and conflicting duplicates raise `SageInputError` naming the row and column;
-identical duplicates are collapsed and counted. Nothing is dropped without being counted.
+their texts (see `sage.annotation.matching`). A row or task whose texts no longer hash to its
+`content_hash` (edited after the export) matches no pair. A row that matches no pair stops the import
+with one line naming file, row and column, or with `ignore_unknown` is skipped and counted with its
+question id. CSV cells that the export neutralised against spreadsheet formulas are restored
+(`sage.annotation.cells`); the content hash picks the exact original texts. Unreadable labels and
+conflicting duplicates raise `SageInputError` naming the row and column; identical duplicates are
+collapsed and counted. Nothing is dropped without being counted.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sage.annotation.cells import restore
 from sage.annotation.labels import (
     SCHEMES,
     check_scheme,
@@ -30,6 +34,7 @@ from sage.annotation.matching import (
     Miss,
     TextIndex,
     check_against_pairs,
+    check_texts,
     is_local,
     local_pair_id,
     question_sort_key,
@@ -161,10 +166,12 @@ def _from_labelstudio(path: Path, counts: Counter) -> list[_Raw]:
     return raws
 
 
-def _pair_fields(rec: dict, kind: str = "answer") -> tuple[dict[str, Any], tuple[str, str]]:
+def _pair_fields(rec: dict, kind: str = "answer", spreadsheet: bool = False) -> tuple[dict[str, Any], tuple[str, str]]:
     """The pair columns of one record (texts under any alias) and the names of the text columns used.
 
-    A sheet with answers and RoTs side by side (model_output_1, rot_1, ...) gives its RoTs for kind rot."""
+    A sheet with answers and RoTs side by side (model_output_1, rot_1, ...) gives its RoTs for kind rot.
+    `spreadsheet` (a CSV): cells the export neutralised are restored (`sage.annotation.cells`) and the
+    texts as read are kept under `_raw_texts` for `check_texts`."""
     pair = {k: rec.get(k) for k in ("pair_id", "content_hash", "model", "question_id", "kind", "question")}
     used = []
     for canon, aliases in TEXT_ALIASES.items():
@@ -173,7 +180,12 @@ def _pair_fields(rec: dict, kind: str = "answer") -> tuple[dict[str, Any], tuple
         name = next((a for a in aliases if rec.get(a) not in (None, "")), aliases[0])
         pair[canon] = rec.get(name)
         used.append(name)
-    return {k: (None if v == "" else v) for k, v in pair.items()}, (used[0], used[1])
+    pair = {k: (None if v == "" else v) for k, v in pair.items()}
+    if spreadsheet:
+        raw = (pair["text_a"], pair["text_b"])
+        pair = {k: restore(v) for k, v in pair.items()}
+        pair["_raw_texts"] = raw
+    return pair, (used[0], used[1])
 
 
 def _line(path: Path, i: int) -> str:
@@ -205,10 +217,11 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
         raise SageInputError(f"{path}: no rows; export the labels again")
     cols = list(df.columns)
     raws: list[_Raw] = []
+    sheet = path.suffix.lower() == ".csv"
     if {"annotator", "label"} <= set(cols):  # long format
         for i, rec in enumerate(df.to_dict(orient="records")):
             where = f"{path}: {_line(path, i)}"
-            pair, used = _pair_fields(rec, kind)
+            pair, used = _pair_fields(rec, kind, sheet)
             raws.append(_Raw(where, where, pair, str(rec["annotator"]), rec["label"], used))
         return raws
     if "labels" in cols:  # our JSONL with {"labels": {annotator: label}}
@@ -216,7 +229,7 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
             labels = rec.get("labels")
             if not isinstance(labels, dict):
                 raise SageInputError(f"{path}: line {i + 1}: 'labels' must be an object {{annotator: label}}")
-            pair, used = _pair_fields(rec, kind)
+            pair, used = _pair_fields(rec, kind, sheet)
             for who, value in labels.items():
                 raws.append(_Raw(f"{path}: line {i + 1} annotator {who!r}", f"{path}: line {i + 1}", pair, str(who),
                                  value, used))
@@ -224,7 +237,7 @@ def _from_table(path: Path, counts: Counter, annotator_columns: list[str] | None
     ann_cols = _annotator_columns(path, cols, annotator_columns, counts)
     counts["annotator_columns"] = ann_cols
     for i, rec in enumerate(df.to_dict(orient="records")):
-        pair, used = _pair_fields(rec, kind)
+        pair, used = _pair_fields(rec, kind, sheet)
         for c in ann_cols:
             raws.append(_Raw(f"{path}: row {i + 2} column {c!r}", f"{path}: row {i + 2}", pair, str(c), rec[c], used))
     return raws
@@ -289,8 +302,14 @@ def _match_texts(rows: list[_Raw], responses, kind: str, model: str | None, coun
 
 
 def _resolve_pairs(raws: list[_Raw], manifest, responses, kind: str, model: str | None, counts: Counter) -> None:
-    """Give every raw a pair id, or a `Miss` saying why it has none."""
-    text_rows = [r for r in raws if _needs_text_match(r, responses is not None)]
+    """Give every raw a pair id, or a `Miss` saying why it has none (texts edited since the export
+    included: `check_texts`)."""
+    checked: dict[int, Miss | None] = {}
+    for r in raws:  # one check per row or task, whatever its number of annotators
+        if id(r.pair) not in checked:
+            checked[id(r.pair)] = check_texts(r.pair, manifest, r.columns)
+        r.miss = checked[id(r.pair)]
+    text_rows = [r for r in raws if r.miss is None and _needs_text_match(r, responses is not None)]
     if text_rows:
         if responses is None and manifest is not None:
             raise SageInputError(f"{text_rows[0].row}: rows have texts but no pair_id; "
@@ -425,5 +444,20 @@ def read_pairs(path: Path):
     if df["pair_id"].duplicated().any():
         dup = df["pair_id"][df["pair_id"].duplicated()].iloc[0]
         raise SageInputError(f"{path}: pair id {dup!r} occurs twice; use the unmodified export file")
+    sheet = Path(path).suffix.lower() == ".csv"
+    raw = df
+    if sheet:  # pairs.csv: the cells the export neutralised, restored
+        df = df.map(restore)
+    if {"text_a", "text_b"} <= set(df.columns):  # the texts must be those the hashes were made of
+        texts = []
+        for i, (rec, ra, rb) in enumerate(zip(df[["pair_id", "content_hash", "text_a", "text_b"]].to_dict(
+                orient="records"), raw["text_a"], raw["text_b"])):
+            if sheet:
+                rec["_raw_texts"] = (ra, rb)
+            miss = check_texts(rec, None)
+            if miss is not None:
+                raise SageInputError(f"{path}: {_line(Path(path), i)}: {miss.reason}; use the unmodified export file")
+            texts.append((rec["text_a"], rec["text_b"]))
+        df["text_a"], df["text_b"] = [t[0] for t in texts], [t[1] for t in texts]
     df["model"] = df["model"].fillna("").astype(str)
     return df

@@ -17,7 +17,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from sage.annotation.pairs import KINDS, normalise_text, pair_id, prepare_responses
+from sage.annotation.cells import text_variants
+from sage.annotation.pairs import KINDS, content_hash, normalise_text, pair_id, prepare_responses
 
 LOCAL_PREFIX = "text-"
 
@@ -92,6 +93,38 @@ def check_against_pairs(pid: str, content_hash: Any, manifest: dict[str, dict]) 
         return Miss(f"pair {pid!r}: column 'content_hash' {content_hash} differs from the pairs file "
                     f"({ref.get('content_hash')}): the texts changed since the export")
     return None
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and value != value):  # absent, or NaN from a table
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def check_texts(pair: dict[str, Any], manifest: dict[str, dict] | None,
+                columns: tuple[str, str] = ("text_a", "text_b")) -> Miss | None:
+    """A Miss when a row's two texts do not hash to its `content_hash` (or, when the row has none,
+    to the pairs file's): the texts were edited after the export, and a label of them is not a
+    label of the exported pair. Rows without both texts are not checked.
+
+    A row read from a spreadsheet CSV carries `_raw_texts` (the cells as read): its texts are then
+    the variant (`sage.annotation.cells.text_variants`) that matches the hash, i.e. the original texts."""
+    expected = pair.get("content_hash")
+    pid = pair.get("pair_id")
+    if not expected and manifest is not None and pid is not None:
+        expected = (manifest.get(str(pid)) or {}).get("content_hash")
+    a, b = _text(pair.get("text_a")), _text(pair.get("text_b"))
+    if not expected or a is None or b is None:
+        return None
+    raw = pair.get("_raw_texts")
+    options_a, options_b = (text_variants(raw[0]), text_variants(raw[1])) if raw else ([a], [b])
+    for ta in options_a:
+        for tb in options_b:
+            if content_hash(ta, tb) == str(expected):
+                pair["text_a"], pair["text_b"] = ta, tb
+                return None
+    return Miss(f"pair {pid!r}: its texts ({columns[0]}, {columns[1]}) do not match its content_hash {expected}: "
+                f"they were edited after the export; restore them, or export the pairs again and label those")
 
 
 def question_sort_key(qid: str) -> tuple:

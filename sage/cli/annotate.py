@@ -10,6 +10,7 @@ import click
 from sage.annotation.agreement import agreement, agreement_markdown
 from sage.annotation.export import predictions_from_similarity, write_exports
 from sage.cli.label_options import label_import_options, read_labels_file, split_names
+from sage.data.files import write_csv
 from sage.data.run_dir import check_inputs_kept
 from sage.errors import SageInputError
 from sage.metrics.similarity import build_similarity
@@ -101,7 +102,7 @@ def import_cmd(labels, out, **options):
     table = ls.labels[["pair_id", "annotator", "label"]]
     if len(ls.pairs.columns) > 1:
         table = table.merge(ls.pairs, on="pair_id", how="left")
-    write_whole(out, lambda tmp: table.to_csv(tmp, index=False))  # any name the user gives
+    write_whole(out, lambda tmp: write_csv(table, tmp))  # any name the user gives
     report = {"source": str(labels), "scheme": ls.scheme, "annotators": ls.annotators, "counts": ls.counts}
     rpath = out.with_suffix(".report.json")
     write_text(rpath, json.dumps(report, indent=2, default=str))

@@ -1,6 +1,7 @@
 """Reading user files with one-line errors that name the file, line and fix."""
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -90,13 +91,54 @@ def read_jsonl_records(path: str | Path, text: str, text_fields=()) -> list[dict
     return records
 
 
+def _row_at(row: int, line: int) -> str:
+    return f"row {row}" if row == line else f"row {row} (line {line})"
+
+
+def check_complete_rows(path: str | Path, text: str, hint: str) -> None:
+    """One line naming the file and row when a CSV table is cut short or malformed: the file ends
+    inside a quoted field, a row has fewer or more fields than the header, or the last row has no
+    line break after it (a file written whole always ends with one). Rows count the header as row
+    1 and skip blank lines, as the table's other messages do; the line is given where it differs.
+    `hint` says what to do (e.g. "re-run 'sage score' to write it again")."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    width, row, start, last = None, 0, 1, 1
+    try:
+        for record in reader:
+            if not record:  # a blank line: skipped, as pandas skips it
+                start = reader.line_num + 1
+                continue
+            row += 1
+            if width is None:
+                width = len(record)
+            elif len(record) != width:
+                where = _row_at(row, start)
+                if len(record) < width:
+                    raise SageInputError(f"{path}: {where} has {len(record)} of the header's {width} columns: the row "
+                                         f"is cut short; {hint}")
+                raise SageInputError(f"{path}: {where} has {len(record)} fields but the header has {width} columns; "
+                                     f"check quoting on that line, or {hint}")
+            last, start = start, reader.line_num + 1
+    except csv.Error as exc:
+        where = _row_at(row + 1, start)
+        if "unexpected end of data" in str(exc):
+            raise SageInputError(f"{path}: {where}: the file ends inside a quoted field: the row is cut short; "
+                                 f"{hint}") from None
+        raise SageInputError(f"{path}: {where}: malformed CSV ({exc}); check quoting on that line, or {hint}") from None
+    if row > 1 and not text.endswith(("\n", "\r")):
+        raise SageInputError(f"{path}: {_row_at(row, last)}: the file ends without a line break after "
+                             f"this row, so the row may be cut short; {hint}")
+
+
 ID_COLUMNS = {"question_id": str, "model": str}
 
 
 def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = "give a table with a header and rows",
-               text_fields=()):
+               text_fields=(), complete_rows: str | None = None):
     """A CSV, JSONL or Parquet file as a DataFrame. `as_strings`: CSV cells as strings, no NaN.
-    `text_fields`: JSONL fields and Parquet columns that must hold strings (CSV cells are text)."""
+    `text_fields`: JSONL fields and Parquet columns that must hold strings (CSV cells are text).
+    `complete_rows`: a CSV written whole by sage must have every row complete (`check_complete_rows`);
+    the string says what to do when one is not."""
     import pandas as pd
 
     path = Path(path)
@@ -122,6 +164,8 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         return pd.DataFrame.from_records(read_jsonl_records(path, text, text_fields))
     # Ids are text, always: a numeric-looking id column must not turn into floats (5884 -> 5884.0)
     # when a cell is blank; blank cells stay NaN so the callers' checks name them.
+    if complete_rows is not None:
+        check_complete_rows(path, text, complete_rows)
     options = {"dtype": str, "keep_default_na": False} if as_strings else {"dtype": ID_COLUMNS}
     try:
         return pd.read_csv(io.StringIO(text), **options)
@@ -131,6 +175,20 @@ def read_table(path: str | Path, *, as_strings: bool = False, empty_hint: str = 
         raise SageInputError(f"{path}: the file has no columns; {empty_hint}") from None
 
 
+def _has_carriage_return(df) -> bool:
+    if any("\r" in str(c) for c in df.columns):
+        return True
+    return any(df[c].map(lambda v: isinstance(v, str) and "\r" in v).any()
+               for c in df.columns if df[c].dtype == object or str(df[c].dtype).startswith("str"))
+
+
+def write_csv(df, tmp: str | Path) -> None:
+    """`df.to_csv` without the index. pandas leaves a cell with a lone carriage return unquoted,
+    which a reader then takes for the end of the row; a table holding one has every cell quoted."""
+    quoting = csv.QUOTE_ALL if _has_carriage_return(df) else csv.QUOTE_MINIMAL
+    df.to_csv(tmp, index=False, quoting=quoting)
+
+
 def write_table(df, path: str | Path) -> Path:
     """Write a DataFrame as .csv, .jsonl or .parquet (by suffix), atomically (`sage.outputs.write_whole`)."""
     path = Path(path)
@@ -138,7 +196,7 @@ def write_table(df, path: str | Path) -> Path:
     if suffix not in (".csv", ".jsonl", ".json", ".parquet"):
         raise SageInputError(f"{path}: unsupported format {suffix or '(none)'}; use .csv, .jsonl or .parquet")
     if suffix == ".csv":
-        return write_whole(path, lambda tmp: df.to_csv(tmp, index=False))
+        return write_whole(path, lambda tmp: write_csv(df, tmp))
     if suffix == ".parquet":
         return write_whole(path, lambda tmp: df.to_parquet(tmp, index=False))
     return write_whole(path, lambda tmp: df.to_json(tmp, orient="records", lines=True, force_ascii=False))

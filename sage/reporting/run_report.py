@@ -8,7 +8,6 @@ absent), per-question SGE histograms, the most and least consistent questions wi
 from __future__ import annotations
 
 import html
-import json
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +20,7 @@ from sage.errors import SageInputError
 from sage.metrics.stats import bootstrap_mean_ci
 from sage.outputs import write_text
 from sage.reporting import figures
+from sage.reporting.inputs import check_question_counts, read_correlation, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,8 @@ def load_run(run_dir: Path, correlation: Path | None = None) -> dict[str, Any]:
     questions = read_question_scores(qpath)
     summary = None
     if (run_dir / "summary.json").is_file():
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SageInputError(f"{run_dir / 'summary.json'}: unreadable JSON ({exc}); re-run 'sage score'") from None
+        summary = read_summary(run_dir / "summary.json")
+        check_question_counts(summary, questions, qpath, run_dir / "summary.json")
     responses = None
     if (run_dir / "responses.csv").is_file():
         from sage.data.responses import read_responses
@@ -78,12 +76,7 @@ def load_run(run_dir: Path, correlation: Path | None = None) -> dict[str, Any]:
     corr_path = Path(correlation) if correlation else run_dir / "correlation" / "correlation.json"
     corr = None
     if corr_path.is_file():
-        try:
-            corr = json.loads(corr_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SageInputError(f"{corr_path}: unreadable JSON ({exc}); re-run 'sage correlate'") from None
-        if "correlations" not in corr:
-            raise SageInputError(f"{corr_path}: no 'correlations' key; pass the correlation.json of 'sage correlate'")
+        corr = read_correlation(corr_path)
     elif correlation:
         raise SageInputError(f"{corr_path}: file not found")
     return {"run_dir": run_dir, "questions": questions, "summary": summary, "responses": responses,
@@ -253,24 +246,43 @@ def render_html(ctx, figs) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _md_table(head, rows) -> list[str]:
-    esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in r] for r in [head] + rows]
+_MD_SPECIAL = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]", "|": "\\|", "`": "\\`"})
+
+
+def _md(text: Any) -> str:
+    """A text from the data, inert in report.md: HTML escaped (`&`, `<`, `>`: no raw tags, no
+    autolinks), Markdown link/image brackets, code spans and pipes backslash-escaped, and every run
+    of whitespace (newlines, tabs, carriage returns) one space, so it stays on its line or cell."""
+    return html.escape(" ".join(str(text).split()), quote=False).translate(_MD_SPECIAL)
+
+
+def _md_table(head, rows, num_from: int = 1) -> list[str]:
+    """Head cells and the first `num_from` cells of each row come from the data (`_md`); the
+    others are numbers formatted here (only HTML-escaped and pipes escaped, to be safe)."""
+    def num(c: Any) -> str:
+        return html.escape(" ".join(str(c).split()), quote=False).replace("|", "\\|")
+
+    esc = [[_md(c) for c in head]] + [[_md(c) if i < num_from else num(c) for i, c in enumerate(r)] for r in rows]
     return ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in esc[1:]]
 
 
 def render_markdown(ctx) -> str:
-    lines = [f"# SaGE consistency report: {Path(ctx['run_dir']).name}", "", _provenance_line(ctx), "",
+    """report.md: every text taken from the data (names, ids, questions, answers, provenance) goes
+    through `_md`, so `<script>`, `<img onerror>` or a `[link](javascript:...)` in an answer is shown
+    as text by any Markdown renderer, including those that pass raw HTML through."""
+    rank_by = _md(ctx["rank_by"])
+    lines = [f"# SaGE consistency report: {_md(Path(ctx['run_dir']).name)}", "", _md(_provenance_line(ctx)), "",
              "Figures are embedded in report.html.", "", "## Per-model summary", ""]
     lines += _md_table(*_summary_rows(ctx))
     for side, title in (("most", "Most consistent questions"), ("least", "Least consistent questions")):
-        lines += ["", f"## {title} (by {ctx['rank_by']})", ""]
+        lines += ["", f"## {title} (by {rank_by})", ""]
         if ctx["unranked"]:
-            lines += [f"{ctx['unranked']} questions with an undefined {ctx['rank_by']} are not ranked.", ""]
+            lines += [f"{ctx['unranked']} questions with an undefined {rank_by} are not ranked.", ""]
         for model, sides in ctx["extremes"].items():
-            lines += [f"### {model}", ""]
+            lines += [f"### {_md(model)}", ""]
             for it in sides[side]:
-                lines.append(f"- **{it['question_id']}** ({_fmt(it['value'])}) {it['question']}")
-                lines += [f"  {i + 1}. {' '.join(a.split())}" for i, a in enumerate(it["answers"])]
+                lines.append(f"- **{_md(it['question_id'])}** ({_fmt(it['value'])}) {_md(it['question'])}")
+                lines += [f"  {i + 1}. {_md(a)}" for i, a in enumerate(it["answers"])]
     lines += ["", "## Metric-human correlation", ""]
     if ctx["correlation"]:
         lines += _md_table(*_corr_rows(ctx["correlation"]))
