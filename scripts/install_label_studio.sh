@@ -17,10 +17,11 @@ if [ -x "${VENV}/bin/label-studio" ]; then
 fi
 "${PYTHON}" -m venv "${VENV}"
 "${VENV}/bin/python" -m pip install --quiet --upgrade pip
+# sentry-sdk 3 removed the `send_default_pii` option that Label Studio passes at startup (it then exits).
 if [ -n "${VERSION}" ]; then
-    "${VENV}/bin/python" -m pip install --quiet "label-studio==${VERSION}"
+    "${VENV}/bin/python" -m pip install --quiet "label-studio==${VERSION}" "sentry-sdk<3"
 else
-    "${VENV}/bin/python" -m pip install --quiet label-studio
+    "${VENV}/bin/python" -m pip install --quiet label-studio "sentry-sdk<3"
 fi
 # `label-studio --version` looks for newer releases online; import the package instead.
 "${VENV}/bin/python" -c "import label_studio, sys; sys.stdout.write('label-studio ' + label_studio.__version__ + chr(10))"
