@@ -30,11 +30,16 @@ def read_text(path: str | Path, *, empty_hint: str = "give a file with content")
         ) from None
 
 
-def _kind(value) -> str:
-    if isinstance(value, bool):
+def json_kind(value) -> str:
+    """What a parsed JSON value is, as an error message names it ("a number", "an object", "null")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before int: bool is an int subclass
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
+    if isinstance(value, str):
+        return "a string"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -51,7 +56,7 @@ def check_text_fields(path: str | Path, lineno: int, record: dict, fields) -> No
             continue
         shown = json.dumps(value, ensure_ascii=False)
         shown = shown if len(shown) <= 40 else shown[:39] + "…"
-        raise SageInputError(f"{path}: line {lineno}: field {name!r} is {_kind(value)} ({shown}), not a string; "
+        raise SageInputError(f"{path}: line {lineno}: field {name!r} is {json_kind(value)} ({shown}), not a string; "
                              "write the text as a JSON string (in double quotes)")
 
 

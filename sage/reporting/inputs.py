@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sage.data.files import json_kind
 from sage.errors import SageInputError
 
 log = logging.getLogger(__name__)
@@ -21,18 +22,6 @@ log = logging.getLogger(__name__)
 _SUMMARY_FIX = "re-run 'sage score', or remove the file (the report then bootstraps its CIs from questions.csv)"
 _CORR_FIX = "re-run 'sage correlate', or pass --correlation with the correlation.json it wrote"
 CI_FIELDS = ("mean", "ci_low", "ci_high")
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, list) else ("an object" if isinstance(value, dict) else type(value).__name__)
 
 
 class _Checker:
@@ -47,7 +36,7 @@ class _Checker:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             shown = json.dumps(value)[:40] if isinstance(value, (str, int, float)) else ""
-            raise self.fail(field, f"is {_kind(value)}{f' ({shown})' if shown else ''}, not {what}")
+            raise self.fail(field, f"is {json_kind(value)}{f' ({shown})' if shown else ''}, not {what}")
         return value
 
     def number(self, value: Any, field: str) -> float:
