@@ -48,6 +48,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SAGE_SHARED_DATA", REPO.parent / "shared" / "data"))
 PAIR_FILES = (SHARED / "sage-quality100" / "q100_gpt_3.5_edges.csv", SHARED / "sage-responses" / "vicuna-7b-v1.5_0.csv")
+
+
+def default_pair_files() -> list[Path]:
+    """PAIR_FILES from ../shared/data (or SAGE_SHARED_DATA) when present, else from the `sage data`
+    cache, downloaded (pinned, sha256-checked) when missing and online: the script runs outside this checkout."""
+    from sage.data.download import ensure_dataset
+
+    return [path if path.is_file() else ensure_dataset(path.parent.name, files=[path.name]) / path.name
+            for path in PAIR_FILES]
+
+
 MEASURES = ("sge", "num_sets", "eigv", "degree", "eccentricity", "kle")
 SHOWN = MEASURES[:1] + ("meansim",) + MEASURES[1:]  # meansim: the mean similarity of the edges (from sge)
 BASELINES = ("rouge_l", "cosine")  # rouge_l is LM-Polygraph's LexSim (`--metrics lexsim`)
@@ -303,8 +314,9 @@ def render(out: Path) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=Path, nargs="+", default=list(PAIR_FILES),
-                    help="The authors' pair-layout files (answers and their pair similarity columns).")
+    ap.add_argument("--pairs", type=Path, nargs="+", default=None,
+                    help="The authors' pair-layout files (answers and their pair similarity columns); default: "
+                         "q100_gpt_3.5_edges.csv and vicuna-7b-v1.5_0.csv (default_pair_files).")
     ap.add_argument("--edges", default="column:cosine_model_output,cosine",
                     help="Comma-separated edge similarities (as sage score --sge-edges).")
     ap.add_argument("--cases", default=",".join(CASES),
@@ -327,6 +339,7 @@ def main(argv=None) -> int:
         (args.out / "table.md").write_text(text)
         print(text)
         return 0
+    args.pairs = args.pairs or default_pair_files()
 
     from sage.metrics.graph_measures import GraphOptions
     from sage.metrics.similarity import SimilarityOptions
