@@ -3,6 +3,8 @@ case on the bundled model where teacher forcing counts the target learnt and gen
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sage.editing.dataset import EditRequest
 from sage.editing.entry_measures import entry_metrics, observe
@@ -21,6 +23,13 @@ from sage.editing.generation_measures import (
     ("Unfair.", " unfair", True),  # case, leading space and final punctuation do not count
     (" wrongful act", "wrong", False),  # whole words only
     (" self-awareness", "self", False),  # the hyphen goes, the word stays one word
+    (" selfishness.The rest", "selfishness", True),  # glued to the next sentence: still said
+    (" SELFISHNESS, and", " Selfishness", True),  # case and leading space never decide
+    ("selfishness", " selfishness", True),
+    (" (selfishness)", "selfishness", True),
+    (" don't", "dont", True),  # an apostrophe joins, as a hyphen does
+    (" wrongs", "wrong", False),  # inflections stay a miss
+    (" wrong", "wrongs", False),
     ("", "wrong", False),
     (" right", "", False),  # an empty target is never said
 ])
@@ -30,6 +39,8 @@ def test_begins_with_whole_normalised_words(text, target, expected):
 
 def test_normalise_drops_unicode_punctuation_and_collapses_space():
     assert normalise("  «Morally»   WRONG!\n") == "morally wrong"
+    assert normalise("selfishness.The") == "selfishness the"
+    assert normalise("self\u2013care isn\u2019t") == "selfcare isnt"  # en dash and right quote join too
 
 
 @pytest.mark.parametrize("text, target, expected", [
@@ -39,6 +50,9 @@ def test_normalise_drops_unicode_punctuation_and_collapses_space():
     (" morally wrong b", "morally wrong", True),  # past the target: decided
     (" good", "morally wrong", True),  # off the path
     (" mor\ufffd", "morally wrong", False),  # a partly decoded character is never decided
+    (" morally wrong.", "morally wrong", False),  # a full stop could still be glued to more text
+    (" morally wrong.The", "morally wrong", True),  # ... and once it is, the target was said
+    (" morally wrong-", "morally wrong", False),  # a hyphen may still join "wrong" to more
 ])
 def test_decided_only_when_more_tokens_cannot_change_the_outcome(text, target, expected):
     assert decided_by(text, target) is expected
@@ -152,3 +166,12 @@ def test_shared_prefix_generation_equals_full_rows(bundled_lm, countermoral_dir,
     assert greedy_continuations(bundled_lm, plain, [6] * len(plain)) == greedy_continuations(
         bundled_lm, plain, [6] * len(plain), share_prefix=False)
     assert len(prefixes) == 1
+
+
+_TEXT = st.text(alphabet=st.sampled_from(list("ab Ab.-,'!\u2019«»\n")), max_size=12)
+
+
+@given(a=_TEXT, b=_TEXT)
+def test_normalising_keeps_a_prefix_a_prefix(a, b):
+    """What `decided_by`'s early stop relies on: more text never changes the normalised text so far."""
+    assert normalise(a + b).startswith(normalise(a))

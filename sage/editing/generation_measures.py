@@ -43,10 +43,26 @@ _KINDS = (("reliability_gen", "edit"), ("action_paraphrase_gen", "action"),
 _SPACE = re.compile(r"\s+")
 
 
+#: punctuation that joins the parts of one word ("self-awareness", "don't"): removed, so the word stays one
+#: word; every other punctuation mark (Unicode category P*) separates words, so a target glued to the next
+#: sentence ("selfishness.The") is still said
+_JOINERS = frozenset("'\u2019\u02bc")
+
+
+def _joins(ch: str) -> bool:
+    return ch in _JOINERS or unicodedata.category(ch) == "Pd"
+
+
 def normalise(text: str) -> str:
-    """Lower case, punctuation (Unicode category P*) removed, whitespace collapsed and stripped."""
-    kept = "".join(ch for ch in text.lower() if not unicodedata.category(ch).startswith("P"))
-    return _SPACE.sub(" ", kept).strip()
+    """Lower case; dashes and apostrophes removed (they join a word's parts), every other punctuation mark
+    (Unicode category P*) read as a space; whitespace collapsed and stripped. Case, leading space and
+    punctuation never decide a match; inflections do ("wrongs" does not say "wrong")."""
+    out = []
+    for ch in text.lower():
+        if _joins(ch):
+            continue
+        out.append(" " if unicodedata.category(ch).startswith("P") else ch)
+    return _SPACE.sub(" ", "".join(out)).strip()
 
 
 def begins_with(continuation: str, target: str) -> bool:
