@@ -71,8 +71,10 @@ def plot(out: Path) -> Path | None:
 
 NAMES = {"memit": "MEMIT", "alphaedit": "AlphaEdit", "rome": "ROME", "ft-m": "FT-M", "ft-l": "FT-L",
          "lora": "LoRA", "grace": "GRACE"}
-COLUMNS = (("reliability", "reliability"), ("action_paraphrase", "action para."),
-           ("relation_paraphrase", "relation para."), ("neighbourhood_dlogp", "\\|d log P\\|"),
+COLUMNS = (("reliability", "reliability"), ("reliability_exact", "reliability (exact)"),
+           ("action_paraphrase", "action para."), ("action_paraphrase_exact", "action para. (exact)"),
+           ("relation_paraphrase", "relation para."), ("relation_paraphrase_exact", "relation para. (exact)"),
+           ("neighbourhood_dlogp", "\\|d log P\\|"),
            ("locality", "locality"), ("reliability_gen", "reliability (gen.)"))
 FIRST = 10  # the first edits of a sequence, followed through every checkpoint
 

@@ -67,9 +67,10 @@ def main(argv=None) -> int:
     except SageInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    (args.out / "run.json").write_text(json.dumps(
-        {"argv": sys.argv[1:], "model": args.model, "subset": args.subset, "limit": args.limit,
-         "provenance": provenance(args.seed)}, indent=2) + "\n")
+    if not args.summarize_only:  # run.json records the last editing run; re-tabulating made no records
+        (args.out / "run.json").write_text(json.dumps(
+            {"argv": sys.argv[1:], "model": args.model, "subset": args.subset, "limit": args.limit,
+             "provenance": provenance(args.seed)}, indent=2) + "\n")
     print(write_tables(args.out, data))
     return 0
 

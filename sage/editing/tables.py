@@ -123,6 +123,10 @@ def _paper_part(rows: list[dict], data_dir: Path | None, pub_key: str) -> list[s
     return out
 
 
+#: teacher-forced exact match (every target token the argmax, i.e. the greedy continuation is the target):
+#: all-or-nothing beside the partial-credit token accuracy, and so like for like with the generated shares
+EXACT_COLUMNS = (("reliability_exact", "reliability (exact)"), ("action_paraphrase_exact", "action para. (exact)"),
+                 ("relation_paraphrase_exact", "relation para. (exact)"))
 GEN_COLUMNS = (("reliability_gen", "reliability (gen.)"), ("action_paraphrase_gen", "action para. (gen.)"),
                ("relation_paraphrase_gen", "relation para. (gen.)"), ("neighbourhood_gen", "nbr. kept (gen.)"))
 
@@ -136,8 +140,9 @@ def _gen_cell(stats: dict, key: str) -> str:
 
 
 def _damage_part(rows: list[dict]) -> list[str]:
-    head = ["Method", "n", "reliability", "action para.", "relation para.",
-            "|dP| (ceiling)", "|d log P|", "nbr. success", "new-target rise", "locality",
+    head = ["Method", "n", "reliability", "action para.", "relation para."]
+    head += [title for _, title in EXACT_COLUMNS]
+    head += ["|dP| (ceiling)", "|d log P|", "nbr. success", "new-target rise", "locality",
             "routed edit / action / relation / nbr."]
     gen = any(k in s["overall"] or "pre_" + k in s["overall"] for s in rows for k, _ in GEN_COLUMNS)
     if gen:  # only tables with runs that measured it: older tables are written as before
@@ -149,6 +154,7 @@ def _damage_part(rows: list[dict]) -> list[str]:
                             for k in ("edit", "action", "relation", "neighbour"))
         cells = [_label(s), str(s["n_entries"]), _pre_post(st, "reliability"),
                  _pre_post(st, "action_paraphrase"), _pre_post(st, "relation_paraphrase"),
+                 *(_pre_post(st, key) for key, _ in EXACT_COLUMNS),
                  f"{_mean(st, 'neighbourhood_score', 4)} ({_mean(st, 'neighbourhood_score_ceiling', 4)})",
                  _mean(st, "neighbourhood_dlogp"), _pre_post(st, "neighbourhood_success"),
                  _mean(st, "neighbourhood_new_rise"), _mean(st, "locality"),
@@ -174,7 +180,8 @@ def _drift_cell(base: dict | None, now: dict, key: str, digits: int) -> str:
 
 
 def _sequential_part(summaries: list[dict]) -> list[str]:
-    head = ["Method", "Subset", "Edits", "retention", "retention (gen.)", "action para.", "relation para.",
+    head = ["Method", "Subset", "Edits", "retention", "retention (exact)", "retention (gen.)", "action para.",
+            "action para. (exact)", "relation para.", "relation para. (exact)",
             "|d log P|", "nbr. success", "locality", "perplexity", "fluency"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
@@ -184,8 +191,9 @@ def _sequential_part(summaries: list[dict]) -> list[str]:
                                 else f" ({', '.join(s.get('frameworks', []))})")
         for c in s["checkpoints"]:
             st = c["measures"]
-            cells = [label, subset, str(c["step"]), _mean(st, "reliability"), _mean(st, "reliability_gen"),
-                     _mean(st, "action_paraphrase"), _mean(st, "relation_paraphrase"),
+            cells = [label, subset, str(c["step"]), _mean(st, "reliability"), _mean(st, "reliability_exact"),
+                     _mean(st, "reliability_gen"), _mean(st, "action_paraphrase"), _mean(st, "action_paraphrase_exact"),
+                     _mean(st, "relation_paraphrase"), _mean(st, "relation_paraphrase_exact"),
                      _mean(st, "neighbourhood_dlogp"), _mean(st, "neighbourhood_success"), _mean(st, "locality"),
                      _drift_cell(s.get("drift_baseline"), c["drift"], "perplexity", 2),
                      _drift_cell(s.get("drift_baseline"), c["drift"], "fluency", 3)]
@@ -273,6 +281,8 @@ def tables(out_dir: Path, data_dir: Path | None) -> str:
             if rows:
                 parts += [f"\n## {SEQUENTIAL_TABLE4} ({subset})\n", "### (a) the paper's columns\n"]
                 parts += _paper_part(rows, data_dir, PUB_KEYS[subset])
+                parts += ["", "### (b) damage and baselines (overall, pre → post)\n"]
+                parts += _damage_part([r for r in rows if r["overall"]])
         parts += [f"\n## {SEQUENTIAL_TITLE}\n", SEQUENTIAL_INTRO, ""]
         parts += _sequential_part(sequential)
     return "\n".join(parts) + "\n"
